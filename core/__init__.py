@@ -1,0 +1,43 @@
+"""acc: one PyTorch training loop on CPU, GPUs (DDP), FSDP, DeepSpeed, XLA and MPS.
+
+Importing `acc` is cheap and torch-free; `Accelerator` and friends import torch when first touched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
+from .hookspecs import HOOKSPEC_VERSION, hookimpl
+from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
+from .launch.plan import LaunchPlan, Rendezvous
+from .context import ProcessInfo, RunContext
+from .settings import Setting
+
+_LAZY = {
+    "Accelerator": ("accelerator", "Accelerator"),
+    "set_seed": ("seed", "set_seed"),
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .accelerator import Accelerator
+    from .seed import set_seed
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'acc' has no attribute {name!r}")
+
+
+__all__ = [
+    "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
+    "AccError", "Accelerator", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
+    "ProcessInfo", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "hookimpl", "set_seed",
+]

@@ -1,0 +1,5 @@
+"""`python -m acc ...` is the `acc` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,412 @@
+"""The facade users call. Names and meaning follow Hugging Face Accelerate, so migrating is one import.
+
+This is the only worker-side caller of `pm.hook.*`: every collective, wrap, backward and step goes
+through a hook, so a backend changes behaviour without the facade knowing which backend runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from typing import Any, Callable, Iterator
+
+import pluggy
+import torch
+
+from . import ops
+from .assembly import Assembly, assemble_worker
+from .context import RunContext
+from .data import PreparedDataLoader
+from .errors import AccError
+from .optim import AcceleratedOptimizer, AcceleratedScheduler
+
+_SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
+if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
+    _SCHEDULER_TYPES += (torch.optim.lr_scheduler.ReduceLROnPlateau,)
+
+
+class Accelerator:
+    """Runs one training loop on whichever backend the launch (or `ACC_BACKEND`, or a config file) chose.
+
+    Arguments given here override the launch settings (a warning says so when they contradict a value
+    that was set explicitly). `plugin_manager` is for tests and embedding: a ready pluggy manager.
+    """
+
+    def __init__(
+        self,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool | None = None,
+        *,
+        split_batches: bool = False,
+        even_batches: bool = True,
+        device_placement: bool = True,
+        kwargs_handlers: list | None = None,
+        plugin_manager: pluggy.PluginManager | None = None,
+    ):
+        assembly = assemble_worker(pm=plugin_manager)
+        settings = assembly.settings
+        for name, value in (
+            ("mixed_precision", mixed_precision),
+            ("gradient_accumulation_steps", gradient_accumulation_steps),
+            ("cpu", cpu),
+        ):
+            if value is None:
+                continue
+            setting = assembly.registry[name]
+            try:
+                value = setting.convert(value)
+            except ValueError as exc:
+                raise AccError(f"Accelerator({name}={value!r}): {exc}") from None
+            if not settings.is_default(name) and settings[name] != value:
+                warnings.warn(
+                    f"Accelerator({name}={value!r}) overrides {name}={settings[name]!r} from "
+                    f"{settings.source(name)}", stacklevel=2,
+                )
+            settings = settings.override(name, value, f"code Accelerator({name}=...)")
+        self._assembly: Assembly = assembly
+        self._pm = assembly.pm
+        self.split_batches = split_batches
+        self.even_batches = even_batches
+        self.device_placement = device_placement
+        self.ctx = RunContext(settings=settings, backend=settings["backend"],
+                              kwargs_handlers=list(kwargs_handlers or []))
+        info = self._pm.hook.acc_setup(ctx=self.ctx)
+        if info is None:
+            raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
+        self.ctx.process = info
+        self._models: list[Any] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[PreparedDataLoader] = []
+        self._micro_step = 0
+        self._ended = False
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def settings(self) -> Any:
+        return self.ctx.settings
+
+    @property
+    def backend(self) -> str:
+        return self.ctx.backend
+
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
+
+    @property
+    def num_processes(self) -> int:
+        return self.ctx.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.ctx.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.ctx.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def distributed_type(self) -> str:
+        return self.ctx.process.distributed_type
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.settings["mixed_precision"]
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.settings["gradient_accumulation_steps"]
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.ctx.loop.sync_gradients
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps applied so far."""
+        return self.ctx.loop.step
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # ------------------------------------------------------------------ prepare
+    def prepare(self, *objects: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare models, optimizers, data loaders and LR schedulers for this backend; returned in order.
+
+        Anything else is returned unchanged. Models and optimizers of one call are wrapped together (a
+        sharding backend rebinds optimizers to sharded parameters), then schedulers, then loaders.
+        """
+        if device_placement is not None and len(device_placement) != len(objects):
+            raise ValueError(f"device_placement has {len(device_placement)} entries for {len(objects)} objects")
+        placement = device_placement or [self.device_placement] * len(objects)
+        result: list[Any] = list(objects)
+        model_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module)]
+        opt_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.optim.Optimizer)]
+        for i in opt_idx:
+            if isinstance(objects[i], AcceleratedOptimizer):
+                raise ValueError(f"object #{i} is an optimizer that was already prepared; prepare each object once")
+        if model_idx or opt_idx:
+            models = []
+            for i in model_idx:
+                model = objects[i]
+                if placement[i] and self.device is not None:
+                    model = model.to(self.device)
+                models.append(model)
+            raw_opts = [objects[i] for i in opt_idx]
+            wrapped_models, wrapped_opts = self._pm.hook.acc_wrap(ctx=self.ctx, models=models, optimizers=raw_opts)
+            if len(wrapped_models) != len(models) or len(wrapped_opts) != len(raw_opts):
+                raise AccError(f"backend '{self.backend}' answered acc_wrap with the wrong number of objects")
+            for i, m in zip(model_idx, wrapped_models):
+                result[i] = m
+                self._models.append(m)
+            for i, old, new in zip(opt_idx, raw_opts, wrapped_opts):
+                if placement[i]:
+                    _move_optimizer_state(new, self.device)
+                result[i] = AcceleratedOptimizer(new, self._optimizer_step, self.ctx.loop)
+                self._optimizers.append(result[i])
+                for obj in objects:  # schedulers built on the old optimizer follow the new one
+                    if isinstance(obj, _SCHEDULER_TYPES) and obj.optimizer is old and new is not old:
+                        obj.optimizer = new
+        for i, obj in enumerate(objects):
+            if isinstance(obj, _SCHEDULER_TYPES):
+                result[i] = self.prepare_scheduler(obj)
+            elif isinstance(obj, torch.utils.data.DataLoader):
+                result[i] = self.prepare_data_loader(obj, device_placement=placement[i])
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
+        return self.prepare(model, device_placement=None if device_placement is None else [device_placement])
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        return self.prepare(optimizer)
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        owners = [o for o in self._optimizers if scheduler.optimizer in (o, o.optimizer)]
+        if not owners:
+            raise ValueError("prepare the scheduler's optimizer first (or in the same prepare call)")
+        prepared = AcceleratedScheduler(scheduler, owners, self.ctx.loop)
+        self._schedulers.append(prepared)
+        return prepared
+
+    def prepare_data_loader(self, loader: torch.utils.data.DataLoader, device_placement: bool | None = None) -> Any:
+        place = self.device_placement if device_placement is None else device_placement
+        seed = _shuffle_seed(loader)
+        if self.num_processes > 1:
+            seed = self.broadcast_object(seed, from_process=0)
+        prepared = PreparedDataLoader(
+            loader,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            device=self.device if place else None,
+            seed=seed,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            on_start=self.ctx.loop.active_loaders.append,
+            on_end=lambda dl: self.ctx.loop.active_loaders.remove(dl) if dl in self.ctx.loop.active_loaders else None,
+        )
+        self._dataloaders.append(prepared)
+        return self._pm.hook.acc_wrap_dataloader(ctx=self.ctx, loader=prepared)
+
+    # ------------------------------------------------------------------ training step
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backpropagate `loss`, divided by the accumulation steps when accumulating."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        self._pm.hook.acc_backward(ctx=self.ctx, loss=loss, kwargs=kwargs)
+
+    def _optimizer_step(self, optimizer: Any) -> bool:
+        return self._pm.hook.acc_optimizer_step(ctx=self.ctx, optimizer=optimizer) is not False
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: Any) -> Iterator[None]:
+        """One micro-step: gradients sync (and the optimizer steps) every k-th call and at the end of data."""
+        self._micro_step += 1
+        loop = self.ctx.loop
+        if loop.end_of_dataloader:
+            loop.sync_gradients, self._micro_step = True, 0
+        else:
+            loop.sync_gradients = self._micro_step % self.gradient_accumulation_steps == 0
+        with contextlib.ExitStack() as stack:
+            if not loop.sync_gradients:
+                for model in models:
+                    stack.enter_context(self._pm.hook.acc_no_sync(ctx=self.ctx, model=model))
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: Any) -> Iterator[None]:
+        """Backward inside this context does not synchronise gradients across processes."""
+        with self._pm.hook.acc_no_sync(ctx=self.ctx, model=model):
+            yield
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip the total gradient norm across all processes; returns that norm."""
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        return self._pm.hook.acc_clip_grad_norm(ctx=self.ctx, parameters=params, max_norm=max_norm,
+                                               norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
+        """The user's module without the backend's wrapper."""
+        return self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model)
+
+    # ------------------------------------------------------------------ collectives
+    def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._pm.hook.acc_all_gather(ctx=self.ctx, tensor=tensor)
+
+    def gather(self, tensor: Any) -> Any:
+        """Every process's tensors (nested structures too), concatenated along dim 0 in process order."""
+        return ops.gather(tensor, self._all_gather, self.num_processes)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """`gather`, minus the samples that padded the last round, so evaluation sees each sample once."""
+        tensors = ops.leaves(input_data)
+        if use_gather_object or not tensors:
+            data = [x for part in self.gather_object(input_data) for x in (part if isinstance(part, list) else [part])]
+        else:
+            data = self.gather(input_data)
+        loader = self.ctx.loop.active_loader
+        if loader is None or not loader.end_of_dataloader or not loader.padded_last_round:
+            return data
+        keep = loader.real_in_last_round
+        if isinstance(data, list) and (use_gather_object or not tensors):
+            return data[:keep]
+        return ops.slice_batch(data, slice(0, keep))
+
+    def gather_object(self, obj: Any) -> list:
+        """A list with every process's (picklable) object, in process order."""
+        return self._pm.hook.acc_gather_object(ctx=self.ctx, obj=obj)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Reduce every tensor in `tensor` across processes ("sum", "mean", "max", "min")."""
+        if reduction not in ops.REDUCE_OPS:
+            raise ValueError(f"reduction {reduction!r} is not one of {', '.join(ops.REDUCE_OPS)}")
+
+        def one(t: torch.Tensor) -> torch.Tensor:
+            out = self._pm.hook.acc_all_reduce(ctx=self.ctx, tensor=t.clone(), op=reduction)
+            return out * scale if scale != 1.0 else out
+
+        return ops.apply(one, tensor)
+
+    def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
+        """Process `from_process`'s tensors on every process."""
+        return ops.apply(lambda t: self._pm.hook.acc_broadcast(ctx=self.ctx, tensor=t, src=from_process), tensor)
+
+    def broadcast_object(self, obj: Any, from_process: int = 0) -> Any:
+        """Process `from_process`'s picklable object on every process."""
+        return self._pm.hook.acc_broadcast_object(ctx=self.ctx, obj=obj, src=from_process)[0]
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
+        """Pad each tensor along `dim` to the largest size any process has."""
+
+        def one(t: torch.Tensor) -> torch.Tensor:
+            if t.dim() == 0 or dim >= t.dim():
+                return t
+            sizes = self.gather_object(t.shape[dim])
+            return ops.pad_to(t, max(sizes), dim, pad_index, pad_first)
+
+        return ops.apply(one, tensor)
+
+    def wait_for_everyone(self) -> None:
+        self._pm.hook.acc_barrier(ctx=self.ctx)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """This process's contiguous share of a list, tuple, tensor or dict of them."""
+        yield _split(inputs, self.num_processes, self.process_index, apply_padding)
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """The main process runs the block first (e.g. to download or preprocess), then the others."""
+        with self._first(self.is_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        with self._first(self.is_local_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def _first(self, leader: bool) -> Iterator[None]:
+        if not leader:
+            self.wait_for_everyone()
+        yield
+        if leader:
+            self.wait_for_everyone()
+
+    def on_main_process(self, fn: Callable) -> Callable:
+        """Decorator: run `fn` on the main process only (returns None elsewhere)."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs) if self.is_main_process else None
+
+        return wrapper
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """`print` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def end_training(self) -> None:
+        """Release the backend's resources (process groups); call once at the end of the script."""
+        if not self._ended:
+            self._ended = True
+            self._pm.hook.acc_teardown(ctx=self.ctx)
+
+    def __repr__(self) -> str:
+        return (f"Accelerator(backend={self.backend!r}, device={self.device}, process {self.process_index} of "
+                f"{self.num_processes}, mixed_precision={self.mixed_precision!r})")
+
+
+def _shuffle_seed(loader: Any) -> int:
+    """A seed for the loader's shuffling: its own generator's, else torch's initial seed (set_seed sets it)."""
+    sampler = getattr(loader, "sampler", None)
+    gen = getattr(sampler, "generator", None) or getattr(loader, "generator", None)
+    seed = gen.initial_seed() if gen is not None else torch.initial_seed()
+    return int(seed) % (2**63)
+
+
+def _move_optimizer_state(optimizer: Any, device: Any) -> None:
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.device != device and key != "step":
+                state[key] = value.to(device)
+
+
+def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
+    if isinstance(inputs, dict):
+        return {k: _split(v, n, index, apply_padding) for k, v in inputs.items()}
+    length = len(inputs)
+    per, extra = divmod(length, n)
+    start = index * per + min(index, extra)
+    end = start + per + (1 if index < extra else 0)
+    part = inputs[start:end]
+    if apply_padding and extra and index >= extra and length:
+        last = inputs[-1:] if not isinstance(inputs, torch.Tensor) else inputs[-1:]
+        part = torch.cat([part, last]) if isinstance(part, torch.Tensor) else part + last
+    return part
+
+
+__all__ = ["Accelerator"]

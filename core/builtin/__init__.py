@@ -1,0 +1,1 @@
+"""Plugins that ship inside acc-core: the default `cpu` backend."""

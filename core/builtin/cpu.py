@@ -1,0 +1,165 @@
+"""The embedded default backend: one process, on the CPU or on the one visible CUDA device.
+
+Every hook here is `trylast`: it is the answer when no other plugin answers. Torch is imported inside
+the worker-side hooks only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from .. import hardware
+from ..context import ProcessInfo, RunContext
+from ..errors import AccError
+from ..hookspecs import HOOKSPEC_VERSION, hookimpl
+from ..launch.plan import LaunchPlan
+from ..settings import ResolvedSettings
+
+ACC_HOOKSPEC_VERSION = HOOKSPEC_VERSION
+ACC_REQUIRES = ("torch",)
+
+
+def _multi_process_hint() -> str:
+    from ..plugins import installed_backends
+
+    if "ddp" in installed_backends():
+        return "use a multi-process backend, e.g. --backend ddp (installed)"
+    return "use a multi-process backend, e.g. ddp: pip install acc-ddp, then --backend ddp"
+
+
+@hookimpl(trylast=True)
+def acc_validate(settings: ResolvedSettings) -> list[str]:
+    problems = []
+    if settings["backend"] != "cpu":
+        return problems
+    if settings["nproc"] > 1:
+        problems.append(
+            f"backend 'cpu' runs a single process, but nproc = {settings['nproc']} "
+            f"(from {settings.source('nproc')}); {_multi_process_hint()}, or drop --nproc"
+        )
+    if settings.get("num_machines", 1) > 1:
+        problems.append(
+            f"backend 'cpu' runs on one machine, but num_machines = {settings['num_machines']} "
+            f"(from {settings.source('num_machines')}); {_multi_process_hint()}"
+        )
+    return problems
+
+
+def device_description(settings: ResolvedSettings) -> str:
+    cuda = hardware.visible_cuda_devices()
+    if settings["cpu"] or cuda == 0:
+        return "cpu"
+    return "cuda:0" + (f" (1 of {cuda} visible CUDA devices; the others stay idle)" if cuda > 1 else "")
+
+
+@hookimpl(trylast=True)
+def acc_launch_plan(settings: ResolvedSettings) -> LaunchPlan:
+    return LaunchPlan(engine="process", device=device_description(settings))
+
+
+@hookimpl(trylast=True)
+def acc_env_report(settings: ResolvedSettings) -> dict[str, str]:
+    import torch
+
+    report = {"torch": torch.__version__, "cpu threads": str(torch.get_num_threads())}
+    report["cuda available"] = str(torch.cuda.is_available())
+    if torch.cuda.is_available():
+        report["cuda devices"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        report["cuda version"] = str(torch.version.cuda)
+    return report
+
+
+@hookimpl(trylast=True)
+def acc_setup(ctx: RunContext) -> ProcessInfo:
+    import torch
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and ctx.settings["backend"] == "cpu":
+        raise AccError(
+            f"this process is one of {world} started by a distributed launcher (WORLD_SIZE={world}), but the "
+            "backend is 'cpu', which runs one process: each would train alone on all the data. Select a "
+            "multi-process backend, e.g. ACC_BACKEND=ddp, or run: acc launch --backend ddp --nproc "
+            f"{os.environ.get('LOCAL_WORLD_SIZE', world)} script.py"
+        )
+    if not ctx.settings["cpu"] and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return ProcessInfo(device=device)
+
+
+@hookimpl(trylast=True)
+def acc_wrap(ctx: RunContext, models: list, optimizers: list) -> tuple[list, list]:
+    return list(models), list(optimizers)
+
+
+@hookimpl(trylast=True)
+def acc_wrap_dataloader(ctx: RunContext, loader: Any) -> Any:
+    return loader
+
+
+@hookimpl(trylast=True)
+def acc_unwrap_model(ctx: RunContext, model: Any) -> Any:
+    return model
+
+
+@hookimpl(trylast=True)
+def acc_no_sync(ctx: RunContext, model: Any) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+@hookimpl(trylast=True)
+def acc_backward(ctx: RunContext, loss: Any, kwargs: dict) -> bool:
+    loss.backward(**kwargs)
+    return True
+
+
+@hookimpl(trylast=True)
+def acc_optimizer_step(ctx: RunContext, optimizer: Any) -> bool:
+    optimizer.step()
+    return True
+
+
+@hookimpl(trylast=True)
+def acc_clip_grad_norm(ctx: RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
+    import torch
+
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+
+@hookimpl(trylast=True)
+def acc_all_reduce(ctx: RunContext, tensor: Any, op: str) -> Any:
+    return tensor
+
+
+@hookimpl(trylast=True)
+def acc_all_gather(ctx: RunContext, tensor: Any) -> Any:
+    return tensor
+
+
+@hookimpl(trylast=True)
+def acc_gather_object(ctx: RunContext, obj: Any) -> list:
+    return [obj]
+
+
+@hookimpl(trylast=True)
+def acc_broadcast(ctx: RunContext, tensor: Any, src: int) -> Any:
+    return tensor
+
+
+@hookimpl(trylast=True)
+def acc_broadcast_object(ctx: RunContext, obj: Any, src: int) -> list:
+    return [obj]
+
+
+@hookimpl(trylast=True)
+def acc_barrier(ctx: RunContext) -> bool:
+    return True
+
+
+@hookimpl(trylast=True)
+def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
+    return model.state_dict()

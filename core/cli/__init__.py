@@ -1,0 +1,59 @@
+"""The `acc` command line. Torch-free: commands import torch only when they run something that needs it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .._version import __version__
+from ..errors import AccError
+
+
+class AccGroup(click.Group):
+    """Shows acc's own errors as one clear message and a non-zero exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AccError as exc:
+            error = click.ClickException(str(exc))
+            error.exit_code = exc.exit_code
+            raise error from None
+
+
+@click.group(cls=AccGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="acc", message="%(prog)s %(version)s (acc-core)")
+def cli() -> None:
+    """acc: run one PyTorch training loop on CPU, GPUs (DDP), FSDP, DeepSpeed, XLA or MPS.
+
+    \b
+    Start with:
+      acc plugins                          installed backends and plugins
+      acc launch train.py                  run on the default (cpu) backend
+      acc launch --backend ddp --nproc 2 train.py
+      acc launch --dry-run ...             show the plan and where each setting came from
+    """
+
+
+def _register_commands() -> None:
+    from .env import env
+    from .launch import launch
+    from .plugins import plugins
+
+    cli.add_command(launch)
+    cli.add_command(plugins)
+    cli.add_command(env)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="acc")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,85 @@
+"""Per-run state handed to worker-side hooks. Nothing here is global: one `RunContext` per `Accelerator`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .settings import ResolvedSettings
+
+
+@dataclass
+class ProcessInfo:
+    """What `acc_setup` reports about this process: where it computes and where it sits in the world."""
+
+    device: Any  # a torch.device
+    num_processes: int = 1
+    process_index: int = 0
+    local_process_index: int = 0
+    local_num_processes: int = 1
+    distributed_type: str = "no"  # a label for users and manifests: "no", "multi_cpu", "multi_gpu", ...
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.process_index < self.num_processes:
+            raise ValueError(f"process_index {self.process_index} outside a world of {self.num_processes}")
+        if not 0 <= self.local_process_index < self.local_num_processes:
+            raise ValueError(
+                f"local_process_index {self.local_process_index} outside {self.local_num_processes} local processes"
+            )
+
+
+@dataclass
+class LoopState:
+    """Training-loop facts the kernel keeps and backends may read (e.g. whether this micro-step syncs)."""
+
+    sync_gradients: bool = True
+    step: int = 0  # completed optimizer steps
+    active_loaders: list = field(default_factory=list)  # innermost last
+
+    @property
+    def active_loader(self) -> Any:
+        return self.active_loaders[-1] if self.active_loaders else None
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        loader = self.active_loader
+        return bool(loader is not None and loader.end_of_dataloader)
+
+
+@dataclass
+class RunContext:
+    """Handed to every worker-side hook.
+
+    `settings` are the resolved settings; `process` is filled from `acc_setup`'s answer; `backend_state`
+    is the chosen backend's private scratch space (process groups, engines, kwargs).
+    """
+
+    settings: ResolvedSettings
+    backend: str
+    process: ProcessInfo | None = None
+    loop: LoopState = field(default_factory=LoopState)
+    backend_state: dict[str, Any] = field(default_factory=dict)
+    kwargs_handlers: list[Any] = field(default_factory=list)
+
+    def handler(self, cls: type) -> Any:
+        """The user's kwargs handler of type `cls` (e.g. DistributedDataParallelKwargs), or None."""
+        for h in self.kwargs_handlers:
+            if isinstance(h, cls):
+                return h
+        return None
+
+    @property
+    def device(self) -> Any:
+        return self.process.device if self.process else None
+
+    @property
+    def num_processes(self) -> int:
+        return self.process.num_processes if self.process else 1
+
+    @property
+    def process_index(self) -> int:
+        return self.process.process_index if self.process else 0
+
+    @property
+    def local_process_index(self) -> int:
+        return self.process.local_process_index if self.process else 0

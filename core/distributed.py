@@ -1,0 +1,127 @@
+"""torch.distributed, once: process-group setup and the collectives, for every backend built on it.
+
+Backends (ddp, fsdp, deepspeed, third parties) answer their setup and reduce hooks with these functions,
+so the logic exists in one place and the backends do not import each other.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .context import ProcessInfo, RunContext
+from .errors import AccError
+
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher_facts(backend_name: str) -> tuple[int, int, int, int]:
+    """(rank, world size, local rank, local world size) from the variables a launcher sets."""
+    missing = [v for v in LAUNCHER_VARS if v not in os.environ]
+    if missing:
+        raise AccError(
+            f"backend '{backend_name}' runs processes started by a launcher, but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set in this process; start the script with "
+            f"`acc launch --backend {backend_name} --nproc N script.py` (or torchrun with ACC_BACKEND={backend_name})"
+        )
+    world = int(os.environ["WORLD_SIZE"])
+    return (int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]),
+            int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
+def choose_device(ctx: RunContext, local_rank: int) -> torch.device:
+    """cuda:<local rank> when CUDA is usable and not refused with `cpu`, else the CPU."""
+    if not ctx.settings["cpu"] and torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise AccError(
+                f"local rank {local_rank} has no CUDA device: only {count} visible on this machine; "
+                f"use --nproc {count} (one process per device) or --cpu"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "auto",
+                       distributed_type: str | None = None) -> ProcessInfo:
+    """Join (or reuse) the default process group; returns this process's ProcessInfo.
+
+    `pg_backend` "auto" is nccl on CUDA devices and gloo on the CPU.
+    """
+    rank, world, local_rank, local_world = launcher_facts(backend_name)
+    device = choose_device(ctx, local_rank)
+    if pg_backend == "auto":
+        pg_backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=ctx.settings["timeout"])}
+        if device.type == "cuda":
+            kwargs["device_id"] = device
+        dist.init_process_group(backend=pg_backend, rank=rank, world_size=world, **kwargs)
+    ctx.backend_state["pg_backend"] = dist.get_backend()
+    label = distributed_type or ("multi_gpu" if device.type == "cuda" else "multi_cpu")
+    return ProcessInfo(device=device, num_processes=world, process_index=rank, local_process_index=local_rank,
+                       local_num_processes=local_world, distributed_type=label)
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
+    """Reduce across the world; "mean" is a sum divided by the world size (gloo has no AVG)."""
+    out = tensor if tensor.is_contiguous() else tensor.contiguous()
+    if op == "mean":
+        if not (out.is_floating_point() or out.is_complex()):
+            out = out.to(torch.float32)
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / dist.get_world_size()
+    dist.all_reduce(out, op=_OPS[op])
+    return out
+
+
+def all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Equal-shaped tensors from every rank, concatenated along dim 0 in rank order."""
+    world = dist.get_world_size()
+    tensor = tensor.contiguous()
+    if tensor.dtype == torch.bool:  # not every backend gathers bools
+        return all_gather(tensor.to(torch.uint8)).to(torch.bool)
+    out = tensor.new_empty((world * tensor.shape[0], *tensor.shape[1:]))
+    _gather_single(out, tensor)
+    return out
+
+
+# torch >= 2.13 names it all_gather_single (the old name warns, and aborts gloo at exit)
+_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def gather_object(obj: Any) -> list:
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
+    out = tensor.clone().contiguous()
+    dist.broadcast(out, src=src)
+    return out
+
+
+def broadcast_object(obj: Any, src: int) -> list:
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box
+
+
+def barrier() -> bool:
+    dist.barrier()
+    return True

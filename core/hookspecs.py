@@ -1,0 +1,332 @@
+"""Every hook a plugin may implement. This module is the contract; `HOOKSPEC_VERSION` versions it.
+
+A plugin is a module (or object) of functions marked `@acc.hookimpl`, named after the specs below, and
+a module attribute `ACC_HOOKSPEC_VERSION` equal to the version it was written against.
+
+Kinds:
+- **firstresult** (a *selection* hook): the first non-None answer wins. The builtin `cpu` backend answers
+  every selection hook `trylast`, so it is the default; the kernel refuses a plugin set in which two
+  non-default plugins answer the same selection hook.
+- **broadcast**: every plugin's answer is collected (a list, in pluggy's call order).
+- Cross-cutting plugins (precision, timing, logging) wrap any hook with `@hookimpl(wrapper=True)`;
+  a wrapper does not count as an answer. `hookwrapper=True` (old style) is refused.
+
+Launcher-side hooks receive `settings` (a `ResolvedSettings`) and must not import torch or a backend's
+heavy library: `acc --help`, `acc plugins` and `acc launch --dry-run` stay torch-free. Worker-side hooks
+receive `ctx` (a `RunContext`) and run inside each training process.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ContextManager
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ProcessInfo, RunContext
+    from .launch.plan import LaunchPlan
+    from .settings import ResolvedSettings, ScopedRegistry
+
+PROJECT = "acc"
+HOOKSPEC_VERSION = 1
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# Hooks where exactly one answer is taken; the kernel checks no two non-default plugins answer one.
+SELECTION_HOOKS = (
+    "acc_launch_plan",
+    "acc_setup",
+    "acc_wrap",
+    "acc_wrap_dataloader",
+    "acc_unwrap_model",
+    "acc_no_sync",
+    "acc_backward",
+    "acc_optimizer_step",
+    "acc_clip_grad_norm",
+    "acc_all_reduce",
+    "acc_all_gather",
+    "acc_gather_object",
+    "acc_broadcast",
+    "acc_broadcast_object",
+    "acc_barrier",
+    "acc_save_checkpoint",
+    "acc_load_checkpoint",
+    "acc_model_state_dict",
+)
+
+
+# --------------------------------------------------------------------------- launcher side (torch-free)
+
+
+@hookspec
+def acc_add_settings(registry: "ScopedRegistry") -> None:
+    """Declare this plugin's settings.
+
+    :param registry: call ``registry.add(acc.Setting(...))`` once per setting; the plugin is recorded as
+        its owner, so config files take its keys under a ``[<plugin name>]`` table.
+
+    **Kind**: broadcast.
+    **Called by**: the settings resolver, in the launcher (before argument parsing, so declared flags
+    become ``acc launch`` options) and in each worker; no torch may be imported.
+    **Default**: the kernel declares ``backend``, ``nproc``, ``plugins``, ``mixed_precision``, ... itself.
+    """
+
+
+@hookspec
+def acc_validate(settings: "ResolvedSettings") -> list[str] | None:
+    """Report problems with the resolved settings, e.g. an option combination this backend cannot run.
+
+    :param settings: the resolved settings (values and their sources).
+    :return: a list of messages (each saying what was given, what is valid and the fix), or None.
+
+    **Kind**: broadcast; the kernel gathers every plugin's problems and reports them all at once.
+    **Called by**: ``acc launch`` after resolution and before ``acc_launch_plan``; torch-free.
+    **Default**: cpu objects to more than one process or machine.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_launch_plan(settings: "ResolvedSettings") -> "LaunchPlan | None":
+    """Say how to start this backend's processes.
+
+    :param settings: the resolved settings.
+    :return: a ``LaunchPlan`` (engine, processes per machine, rendezvous, extra environment).
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``acc launch`` (and ``--dry-run``), once, in the launcher; torch-free.
+    **Default**: cpu plans one plain process (engine ``process``).
+    """
+
+
+@hookspec
+def acc_env_report(settings: "ResolvedSettings") -> dict[str, str] | None:
+    """Facts for bug reports: library versions, hardware this plugin can see.
+
+    :return: a mapping of label to value, shown under the plugin's name by ``acc env``.
+
+    **Kind**: broadcast.
+    **Called by**: ``acc env``, in the launcher process; may import torch or the plugin's library.
+    **Default**: cpu reports torch's version and the CPU/CUDA devices torch sees.
+    """
+
+
+# --------------------------------------------------------------------------- worker side: setup
+
+
+@hookspec(firstresult=True)
+def acc_setup(ctx: "RunContext") -> "ProcessInfo | None":
+    """Prepare this process: join the process group, choose the device.
+
+    :param ctx: the run context; ``ctx.settings`` holds the resolved settings.
+    :return: a ``ProcessInfo`` (device, world size, this process's global and local index).
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.__init__``, once, on every process.
+    **Default**: cpu returns one process on the CPU, or on the single visible CUDA device.
+    """
+
+
+@hookspec
+def acc_teardown(ctx: "RunContext") -> None:
+    """Release what setup acquired (process groups, engines); print end-of-run summaries.
+
+    **Kind**: broadcast.
+    **Called by**: ``Accelerator.end_training``, on every process.
+    **Default**: cpu has nothing to release.
+    """
+
+
+# --------------------------------------------------------------------------- worker side: wrap
+
+
+@hookspec(firstresult=True)
+def acc_wrap(ctx: "RunContext", models: list, optimizers: list) -> "tuple[list, list] | None":
+    """Wrap the models and optimizers of one ``prepare`` call for this backend.
+
+    :param models: ``torch.nn.Module`` objects, already on ``ctx.device``.
+    :param optimizers: the user's ``torch.optim.Optimizer`` objects (unwrapped); the models prepared in
+        earlier ``prepare`` calls are in ``ctx.backend_state.get("models")`` if the backend keeps them.
+    :return: ``(models, optimizers)``, same lengths and order. A backend that must rebuild parameters
+        (sharding) rebinds the optimizers to the new parameters here.
+
+    **Kind**: firstresult (selection); precision plugins wrap it.
+    **Called by**: ``Accelerator.prepare``, on every process, once per call that has models/optimizers.
+    **Default**: cpu returns both lists unchanged.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_wrap_dataloader(ctx: "RunContext", loader: Any) -> Any:
+    """Adapt a prepared data loader (already sharded and device-placing) for this backend.
+
+    :param loader: the kernel's prepared loader for this process.
+    :return: an iterable of batches to hand to the user (usually ``loader`` itself).
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.prepare``, on every process, for each data loader.
+    **Default**: cpu returns ``loader`` unchanged.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_unwrap_model(ctx: "RunContext", model: Any) -> Any:
+    """Return the user's module from the backend's wrapper.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.unwrap_model`` and the checkpoint code, on any process.
+    **Default**: cpu returns ``model`` unchanged.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_no_sync(ctx: "RunContext", model: Any) -> "ContextManager | None":
+    """A context manager in which backward does not synchronise gradients across processes.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.accumulate`` / ``no_sync`` on every process, on non-sync micro-steps.
+    **Default**: cpu returns a null context (one process has nothing to synchronise).
+    """
+
+
+# --------------------------------------------------------------------------- worker side: backward and step
+
+
+@hookspec(firstresult=True)
+def acc_backward(ctx: "RunContext", loss: Any, kwargs: dict) -> Any:
+    """Compute gradients of ``loss``.
+
+    :param loss: the (already accumulation-scaled) loss tensor.
+    :param kwargs: keyword arguments the user passed to ``Accelerator.backward``.
+    :return: any non-None value (``True``) once done.
+
+    **Kind**: firstresult (selection); precision plugins wrap it (loss scaling).
+    **Called by**: ``Accelerator.backward``, on every process, every micro-step.
+    **Default**: cpu calls ``loss.backward(**kwargs)``.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_optimizer_step(ctx: "RunContext", optimizer: Any) -> bool | None:
+    """Apply one optimizer step.
+
+    :param optimizer: the user's optimizer (unwrapped).
+    :return: True if the step was applied, False if it was skipped (e.g. fp16 overflow).
+
+    **Kind**: firstresult (selection); precision plugins wrap it.
+    **Called by**: the prepared optimizer's ``step()``, on every process, on gradient-sync steps only.
+    **Default**: cpu calls ``optimizer.step()`` and returns True.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_clip_grad_norm(ctx: "RunContext", parameters: list, max_norm: float, norm_type: float) -> Any:
+    """Clip gradients to a total norm across all processes and return that total norm (a tensor).
+
+    **Kind**: firstresult (selection); sharded backends answer because each rank holds part of the norm.
+    **Called by**: ``Accelerator.clip_grad_norm_``, on every process.
+    **Default**: cpu calls ``torch.nn.utils.clip_grad_norm_``.
+    """
+
+
+# --------------------------------------------------------------------------- worker side: reduce
+
+
+@hookspec(firstresult=True)
+def acc_all_reduce(ctx: "RunContext", tensor: Any, op: str) -> Any:
+    """Reduce ``tensor`` across processes; ``op`` is one of "sum", "mean", "max", "min".
+
+    :return: the reduced tensor (same shape), identical on every process.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.reduce`` and kernel code, on every process at the same point.
+    **Default**: cpu returns ``tensor`` (one process: the reduction is the identity).
+    """
+
+
+@hookspec(firstresult=True)
+def acc_all_gather(ctx: "RunContext", tensor: Any) -> Any:
+    """Concatenate equally-shaped tensors from every process along dim 0, in process order.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.gather`` (after the kernel padded shapes to agree), on every process.
+    **Default**: cpu returns ``tensor``.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_gather_object(ctx: "RunContext", obj: Any) -> list | None:
+    """Collect one picklable object from every process: a list indexed by process.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.gather_object`` and kernel code, on every process.
+    **Default**: cpu returns ``[obj]``.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_broadcast(ctx: "RunContext", tensor: Any, src: int) -> Any:
+    """Return process ``src``'s tensor on every process (same shape everywhere).
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.broadcast``, on every process.
+    **Default**: cpu returns ``tensor``.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_broadcast_object(ctx: "RunContext", obj: Any, src: int) -> Any:
+    """Return process ``src``'s picklable object on every process.
+
+    **Kind**: firstresult (selection). Answer with a one-element list ``[value]`` so that a broadcast
+    value of None is still an answer; the kernel unwraps it.
+    **Called by**: ``Accelerator.broadcast_object`` and kernel code (e.g. shared shuffling seeds).
+    **Default**: cpu returns ``[obj]``.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_barrier(ctx: "RunContext") -> bool | None:
+    """Block until every process has reached this point; return True.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.wait_for_everyone`` and ``main_process_first``.
+    **Default**: cpu returns True at once.
+    """
+
+
+# --------------------------------------------------------------------------- worker side: save and load
+
+
+@hookspec(firstresult=True)
+def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list) -> list[str] | None:
+    """Write the models' and optimizers' state into ``directory`` (a ``pathlib.Path`` that exists).
+
+    Sharded backends write their shards from every process; others write from the main process only.
+
+    :return: the file names (relative to ``directory``) this process wrote.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.save_state``, on every process, before the kernel writes its own files.
+    **Default**: cpu writes ``model_<i>.safetensors`` and ``optimizer_<i>.pt`` from the main process.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list) -> bool | None:
+    """Restore the models' and optimizers' state from ``directory``; return True.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.load_state``, on every process.
+    **Default**: cpu reads the files its ``acc_save_checkpoint`` wrote (no code is executed on load).
+    """
+
+
+@hookspec(firstresult=True)
+def acc_model_state_dict(ctx: "RunContext", model: Any) -> dict | None:
+    """The full (unsharded) state dict of the user's model, as CPU tensors, complete on the main process.
+
+    **Kind**: firstresult (selection). Non-main processes may return an empty dict.
+    **Called by**: ``Accelerator.get_state_dict`` / ``save_model``, on every process (it may be collective).
+    **Default**: cpu returns the unwrapped model's ``state_dict()``.
+    """

@@ -1,0 +1,117 @@
+"""From an assembly to running processes: validate, ask the backend for its plan, execute it. Torch-free
+until an executor that needs torch runs."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from ..assembly import LAUNCH_ENV, Assembly
+from ..errors import LaunchError, ValidationError
+from ..plugins import module_available, plugin_requires
+from .plan import ENGINES, LaunchPlan, Target
+
+# engine -> module whose `execute(plan, target, env) -> int` runs it
+EXECUTORS = {
+    "process": "acc.launch.process",
+    "elastic": "acc.launch.elastic",
+    "pjrt": "acc.launch.pjrt",
+}
+
+
+def validate(assembly: Assembly) -> None:
+    """Every plugin may object; all problems are reported together (ValidationError)."""
+    problems: list[str] = []
+    for name, info in assembly.infos.items():
+        plugin = assembly.pm.get_plugin(name)
+        for module in plugin_requires(plugin):
+            if not module_available(module):
+                problems.append(
+                    f"plugin '{name}' ({info.distribution} {info.version}) needs the module '{module}', which "
+                    f"is not installed; install it with: pip install {info.distribution}  (it depends on it)"
+                )
+    problems.extend(_kernel_problems(assembly.settings))
+    for answer in assembly.pm.hook.acc_validate(settings=assembly.settings):
+        problems.extend(answer or [])
+    if problems:
+        raise ValidationError(problems)
+
+
+def _kernel_problems(settings: Mapping) -> list[str]:
+    """Checks of the kernel's own multi-machine settings (every multi-process backend relies on them)."""
+    problems = []
+    machines, rank = settings["num_machines"], settings["machine_rank"]
+    if rank >= machines:
+        problems.append(f"machine_rank {rank} (from {settings.source('machine_rank')}) must be below "
+                        f"num_machines {machines}: machines are numbered 0..{machines - 1}")
+    if machines > 1 and not settings["main_process_ip"]:
+        problems.append(f"num_machines = {machines} needs the address of machine 0: add --main-process-ip ADDRESS "
+                        "(and the same --main-process-port on every machine)")
+    return problems
+
+
+def make_plan(assembly: Assembly) -> LaunchPlan:
+    """Validate the settings and return the chosen backend's launch plan (checked to be well formed)."""
+    validate(assembly)
+    backend = assembly.settings["backend"]
+    plan = assembly.pm.hook.acc_launch_plan(settings=assembly.settings)
+    if plan is None:
+        raise LaunchError(f"backend '{backend}' did not answer acc_launch_plan")
+    if not isinstance(plan, LaunchPlan):
+        raise LaunchError(f"backend '{backend}' answered acc_launch_plan with {type(plan).__name__}, not a LaunchPlan")
+    problems = plan.problems()
+    if problems:
+        raise LaunchError(f"backend '{backend}' returned a malformed launch plan: " + "; ".join(problems))
+    return plan
+
+
+def check_target(target: Target, cwd: Path | None = None) -> None:
+    """The script must exist (or the module be importable) before any process starts."""
+    if target.is_module:
+        # `python -m` looks in the current directory first; look there too, without importing anything
+        top = target.program.split(".")[0]
+        found = importlib.machinery.PathFinder.find_spec(top, [str(cwd or Path.cwd()), *sys.path]) is not None
+        if not found and not module_available(top):
+            raise LaunchError(
+                f"module '{target.program}' cannot be found (cwd: {cwd or Path.cwd()}); check the name and "
+                "that its package is installed or in the current directory"
+            )
+        return
+    path = Path(target.program)
+    if not (path if path.is_absolute() else (cwd or Path.cwd()) / path).exists():
+        hint = " (to run a module, use -m)" if "." in target.program and "/" not in target.program and not target.program.endswith(".py") else ""
+        raise LaunchError(
+            f"script '{target.program}' does not exist (cwd: {cwd or Path.cwd()}); give the path to a Python "
+            f"file{hint}"
+        )
+
+
+def environment_additions(plan: LaunchPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the launch adds to the workers' environment (besides ACC_LAUNCH): the plan's variables, and
+    OMP_NUM_THREADS = cores / local processes when several processes share a machine and it is unset
+    (torchrun sets 1; an even share is faster for CPU training and avoids oversubscription)."""
+    base = os.environ if base is None else base
+    extra = dict(plan.env)
+    if plan.nproc_per_machine > 1 and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in extra:
+        extra["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // plan.nproc_per_machine))
+    return extra
+
+
+def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every worker starts with: ours, the launch's additions, the resolved settings."""
+    env = dict(os.environ if base is None else base)
+    env.update(environment_additions(plan, base))
+    env[LAUNCH_ENV] = assembly.settings.to_json()
+    return env
+
+
+def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str]) -> int:
+    """Run the plan with the kernel's executor for its engine; returns the exit code."""
+    if plan.engine not in EXECUTORS:
+        raise LaunchError(f"no executor for engine '{plan.engine}'; known engines: {', '.join(ENGINES)}")
+    module = importlib.import_module(EXECUTORS[plan.engine])
+    return module.execute(plan, target, env)

@@ -1,0 +1,105 @@
+"""A launch plan is data: which engine starts the processes, how many, where they meet. Torch-free."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# engine name -> what starts the processes (the kernel owns one executor per engine)
+ENGINES = {
+    "process": "one plain Python process",
+    "elastic": "torch's elastic agent (torch.distributed.run)",
+    "pjrt": "torch_xla's PJRT launcher",
+}
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the processes of a multi-process run meet."""
+
+    backend: str = "c10d"
+    endpoint: str | None = None  # host:port; None = the executor picks a free local port
+    run_id: str | None = None
+
+
+@dataclass
+class LaunchPlan:
+    """What `acc_launch_plan` returns.
+
+    `engine` names one of ENGINES. `device` describes, in words, what each process will compute on.
+    `env` is added to every worker's environment. `notes` are shown by `acc launch --dry-run`.
+    """
+
+    engine: str
+    nproc_per_machine: int = 1
+    num_machines: int = 1
+    machine_rank: int = 0
+    device: str = "cpu"
+    rendezvous: Rendezvous | None = None
+    max_restarts: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_machine * self.num_machines
+
+    def problems(self) -> list[str]:
+        """Ways this plan is malformed (empty when well formed)."""
+        out = []
+        if self.engine not in ENGINES:
+            out.append(f"engine {self.engine!r} is unknown; valid engines: {', '.join(ENGINES)}")
+        if self.nproc_per_machine < 1 or self.num_machines < 1:
+            out.append(f"process counts must be >= 1 (nproc_per_machine={self.nproc_per_machine}, "
+                       f"num_machines={self.num_machines})")
+        if not 0 <= self.machine_rank < max(self.num_machines, 1):
+            out.append(f"machine_rank {self.machine_rank} is outside 0..{self.num_machines - 1}")
+        if self.engine == "process" and self.world_size != 1:
+            out.append(f"the 'process' engine starts one process, but the plan asks for {self.world_size}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
+            out.append("plan env must map strings to strings")
+        return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """What each worker runs: a script path or a module (`-m`), with its own arguments."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    is_module: bool = False
+
+    def argv(self, python: str) -> list[str]:
+        return [python, "-m", self.program, *self.args] if self.is_module else [python, self.program, *self.args]
+
+    def __str__(self) -> str:
+        head = ["-m", self.program] if self.is_module else [self.program]
+        return shlex.join([*head, *self.args])
+
+
+DEFAULT_MULTI_MACHINE_PORT = 29500
+
+
+def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | None = None) -> LaunchPlan:
+    """The plan every backend that starts workers through torch's elastic agent returns (ddp, fsdp, ...).
+
+    One machine without a port: the agent binds a free port itself (port 0), so concurrent runs never
+    collide. Several machines: everyone meets at main_process_ip:main_process_port (29500 by default).
+    """
+    machines = settings["num_machines"]
+    ip, port = settings["main_process_ip"], settings["main_process_port"]
+    if machines == 1:
+        endpoint = f"{ip or '127.0.0.1'}:{port or 0}"
+    else:
+        endpoint = f"{ip}:{port or DEFAULT_MULTI_MACHINE_PORT}"
+    return LaunchPlan(
+        engine="elastic",
+        nproc_per_machine=settings["nproc"],
+        num_machines=machines,
+        machine_rank=settings["machine_rank"],
+        device=device,
+        rendezvous=Rendezvous(backend=settings["rdzv_backend"], endpoint=endpoint),
+        max_restarts=settings["max_restarts"],
+        notes=list(notes or []),
+    )

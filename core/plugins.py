@@ -1,0 +1,250 @@
+"""The plugin manager: discover installed plugins without importing them, load the chosen set, check it.
+
+Backends are entry points in the group ``acc.backends``; other (cross-cutting) plugins in ``acc.plugins``,
+or any importable module named with ``-p``. The builtin ``cpu`` backend is always registered and answers
+every selection hook ``trylast``. No module-level manager exists: every run builds its own. Torch-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import importlib_metadata
+import pluggy
+
+from . import hookspecs
+from .errors import PluginConflictError, PluginError, PluginLoadError, PluginNotFoundError, did_you_mean
+from .settings import CORE_OWNER, SettingsRegistry, core_settings
+
+BACKEND_GROUP = "acc.backends"
+PLUGIN_GROUP = "acc.plugins"
+BUILTIN_BACKEND = "cpu"
+BUILTIN_MODULE = "acc.builtin.cpu"
+FIRST_PARTY = ("ddp", "fsdp", "deepspeed", "xla", "mps")
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What discovery knows about an installed plugin without importing it."""
+
+    name: str
+    group: str
+    module: str
+    distribution: str
+    version: str
+
+    def load_module(self) -> Any:
+        try:
+            return importlib.import_module(self.module.split(":")[0])
+        except Exception as exc:  # an import error of any kind is the plugin's; report it, never swallow it
+            raise PluginLoadError(
+                f"plugin '{self.name}' ({self.distribution} {self.version}) failed to import "
+                f"module {self.module}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _core_version() -> str:
+    from ._version import __version__
+
+    return __version__
+
+
+def _discover(group: str) -> dict[str, PluginInfo]:
+    found: dict[str, PluginInfo] = {}
+    for ep in importlib_metadata.entry_points(group=group):
+        dist = ep.dist
+        found.setdefault(
+            ep.name,
+            PluginInfo(ep.name, group, ep.value, dist.name if dist else "?", dist.version if dist else "?"),
+        )
+    return found
+
+
+def installed_backends() -> dict[str, PluginInfo]:
+    """Installed backends by name (the builtin cpu first), read from entry-point metadata only."""
+    builtin = PluginInfo(BUILTIN_BACKEND, BACKEND_GROUP, BUILTIN_MODULE, "acc-core", _core_version())
+    return {BUILTIN_BACKEND: builtin, **{k: v for k, v in sorted(_discover(BACKEND_GROUP).items()) if k != "cpu"}}
+
+
+def installed_plugins() -> dict[str, PluginInfo]:
+    """Installed non-backend plugins (group ``acc.plugins``) by name."""
+    return dict(sorted(_discover(PLUGIN_GROUP).items()))
+
+
+def install_hint(name: str) -> str:
+    if name in FIRST_PARTY:
+        return f"install with: pip install acc-{name}"
+    return f"a backend is a package that declares an entry point in the group '{BACKEND_GROUP}'"
+
+
+def new_plugin_manager() -> pluggy.PluginManager:
+    """A manager with acc's hook specs and nothing registered (tests start here)."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+    """Register one plugin after checking its hook-spec version and hook names; errors name the plugin."""
+    version = getattr(plugin, "ACC_HOOKSPEC_VERSION", None)
+    if version is None:
+        raise PluginLoadError(
+            f"plugin '{name}' does not declare the hook-spec version it targets; "
+            f"add `ACC_HOOKSPEC_VERSION = {hookspecs.HOOKSPEC_VERSION}` to its module"
+        )
+    if version != hookspecs.HOOKSPEC_VERSION:
+        raise PluginLoadError(
+            f"plugin '{name}' targets hook-spec version {version!r}, but this acc-core "
+            f"({_core_version()}) provides version {hookspecs.HOOKSPEC_VERSION}; "
+            "install a release of the plugin built for this acc-core (or an acc-core that matches the plugin)"
+        )
+    known = [n for n in dir(hookspecs) if n.startswith("acc_")]
+    for attr in dir(plugin):
+        if attr.startswith("acc_") and callable(getattr(plugin, attr)) and attr not in known:
+            raise PluginLoadError(
+                f"plugin '{name}' defines {attr}(), which is not an acc hook{did_you_mean(attr, known)}; "
+                f"hooks are listed in acc.hookspecs (hook-spec version {hookspecs.HOOKSPEC_VERSION})"
+            )
+    for attr in known:
+        fn = getattr(plugin, attr, None)
+        opts = getattr(fn, hookspecs.PROJECT + "_impl", None)
+        if fn is not None and opts is None:
+            raise PluginLoadError(f"plugin '{name}' defines {attr}() without the @acc.hookimpl marker")
+        if opts and opts.get("hookwrapper"):
+            raise PluginLoadError(
+                f"plugin '{name}': {attr} uses hookwrapper=True; acc accepts new-style wrappers only "
+                "(@acc.hookimpl(wrapper=True), a generator that returns the result)"
+            )
+    try:
+        pm.register(plugin, name=name)
+        pm.check_pending()
+    except ValueError as exc:
+        raise PluginLoadError(f"plugin '{name}' cannot be registered: {exc}") from exc
+    except pluggy.PluginValidationError as exc:
+        pm.unregister(name=name)
+        raise PluginLoadError(f"plugin '{name}' has an invalid hook: {exc}") from exc
+
+
+def check_selection(pm: pluggy.PluginManager) -> None:
+    """Raise PluginConflictError when two non-default plugins answer the same selection hook."""
+    for hook_name in hookspecs.SELECTION_HOOKS:
+        caller = getattr(pm.hook, hook_name)
+        answering = [
+            impl.plugin_name
+            for impl in caller.get_hookimpls()
+            if not impl.wrapper and not impl.hookwrapper and impl.plugin_name != BUILTIN_BACKEND
+        ]
+        if len(answering) > 1:
+            raise PluginConflictError(
+                f"hook {hook_name} is answered by both '{answering[0]}' and '{answering[1]}'; exactly one "
+                "plugin may answer a selection hook (registration order never picks one). Load only one "
+                f"of them (-p no:{answering[1]} blocks a plugin), or make the cross-cutting one a wrapper"
+            )
+
+
+def _load_builtin(pm: pluggy.PluginManager) -> None:
+    register(pm, importlib.import_module(BUILTIN_MODULE), BUILTIN_BACKEND)
+
+
+def load_backend(pm: pluggy.PluginManager, name: str) -> PluginInfo:
+    """Import and register the backend `name` (the builtin cpu is registered separately)."""
+    backends = installed_backends()
+    info = backends.get(name)
+    if info is None:
+        raise PluginNotFoundError(
+            f"backend '{name}' is not installed{did_you_mean(name, list(backends))}; "
+            f"installed: {', '.join(backends)}; {install_hint(name)}"
+        )
+    if name != BUILTIN_BACKEND:
+        register(pm, info.load_module(), name)
+    return info
+
+
+def load_plugin(pm: pluggy.PluginManager, spec: str) -> PluginInfo:
+    """Import and register an extra plugin: an ``acc.plugins``/``acc.backends`` entry-point name or a module."""
+    info = installed_plugins().get(spec) or installed_backends().get(spec)
+    if info is not None and info.name == BUILTIN_BACKEND:
+        raise PluginError("'cpu' is the builtin default backend and is always loaded; use --backend to choose one")
+    if info is None:
+        if not module_available(spec):
+            names = list(installed_plugins()) + [b for b in installed_backends() if b != BUILTIN_BACKEND]
+            raise PluginNotFoundError(
+                f"plugin '{spec}' is neither an installed plugin nor an importable module"
+                f"{did_you_mean(spec, names)}; installed plugins: {', '.join(names) or '(none)'}"
+            )
+        info = PluginInfo(spec, "module", spec, "(module)", "")
+    register(pm, info.load_module(), info.name)
+    return info
+
+
+def split_plugin_specs(specs: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Split ``-p`` values into (plugins to load, names blocked with ``no:NAME``)."""
+    load, blocked = [], []
+    for spec in specs:
+        (blocked if spec.startswith("no:") else load).append(spec[3:] if spec.startswith("no:") else spec)
+    return load, blocked
+
+
+def build_plugin_manager(backend: str, plugins: Iterable[str] = ()) -> tuple[pluggy.PluginManager, dict[str, PluginInfo]]:
+    """Load the builtin cpu, the chosen backend and the extra plugins; check the set. Returns (pm, infos)."""
+    load, blocked = split_plugin_specs(plugins)
+    if BUILTIN_BACKEND in blocked:
+        raise PluginError("-p no:cpu: the builtin cpu backend supplies the defaults and cannot be blocked")
+    if backend in blocked:
+        raise PluginError(f"backend '{backend}' is chosen with --backend but blocked with -p no:{backend}")
+    pm = new_plugin_manager()
+    for name in blocked:
+        pm.set_blocked(name)
+    _load_builtin(pm)
+    infos = {BUILTIN_BACKEND: installed_backends()[BUILTIN_BACKEND]}
+    if backend != BUILTIN_BACKEND:
+        infos[backend] = load_backend(pm, backend)
+    for spec in load:
+        if spec in blocked or spec in infos:
+            continue
+        infos[spec] = load_plugin(pm, spec)
+    check_selection(pm)
+    return pm, infos
+
+
+def collect_settings(pm: pluggy.PluginManager) -> SettingsRegistry:
+    """The kernel's settings plus every registered plugin's, each stamped with its owner."""
+    registry = SettingsRegistry()
+    for setting in core_settings():
+        registry.add(setting, owner=CORE_OWNER)
+    for impl in reversed(pm.hook.acc_add_settings.get_hookimpls()):
+        impl.function(registry=registry.scoped(impl.plugin_name))
+    return registry
+
+
+def implemented_hooks(plugin: Any) -> list[str]:
+    """Names of the acc hooks a plugin object implements."""
+    return sorted(
+        name for name, fn in inspect.getmembers(plugin)
+        if name.startswith("acc_") and getattr(fn, hookspecs.PROJECT + "_impl", None) is not None
+    )
+
+
+def plugin_requires(plugin: Any) -> tuple[str, ...]:
+    """The heavy modules a plugin declares in ``ACC_REQUIRES`` (imported only when it runs)."""
+    req = getattr(plugin, "ACC_REQUIRES", ())
+    return (req,) if isinstance(req, str) else tuple(req)
+
+
+def module_available(name: str) -> bool:
+    """Whether `name` can be imported, found without importing it (a dotted name imports its parents)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+__all__ = [
+    "BACKEND_GROUP", "PLUGIN_GROUP", "BUILTIN_BACKEND", "PluginInfo", "build_plugin_manager", "check_selection",
+    "collect_settings", "implemented_hooks", "installed_backends", "installed_plugins", "load_backend",
+    "load_plugin", "module_available", "new_plugin_manager", "plugin_requires", "register",
+]

@@ -1,0 +1,287 @@
+"""Settings: declared by the kernel and by plugins, resolved flag > ACC_* env > project file > user file > default.
+
+Every setting has one declaration (`Setting`), one converter, and one place its value came from (its
+source), so `acc launch --dry-run` and error messages can say where a value was set. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from .errors import ConfigError, PluginError, did_you_mean
+
+if TYPE_CHECKING:
+    from .config import ConfigFile
+
+CORE_OWNER = "acc"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One user-facing setting.
+
+    `name` is the key in config files and, upper-cased with an `ACC_` prefix, the environment variable.
+    `flags` are its `acc launch` options (empty: not a flag). `kind` is one of bool, int, float, str, list
+    (a list of strings; comma-separated in flags and env). `choices` and `minimum`/`maximum` bound values.
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    flags: tuple[str, ...] = ()
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    owner: str = CORE_OWNER
+
+    @property
+    def env_var(self) -> str:
+        return "ACC_" + self.name.upper()
+
+    def describe_valid(self) -> str:
+        """What values are valid, in words."""
+        if self.choices:
+            return "one of: " + ", ".join(self.choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is list:
+            return "a list of names (comma-separated in flags and environment variables)"
+        noun = {int: "an integer", float: "a number", str: "a string"}[self.kind]
+        if self.minimum is not None and self.maximum is not None:
+            return f"{noun} from {_num(self.minimum)} to {_num(self.maximum)}"
+        if self.minimum is not None:
+            return f"{noun} >= {_num(self.minimum)}"
+        return noun
+
+    def convert(self, raw: Any) -> Any:
+        """Turn a raw value (a string from a flag or env var, or a TOML value) into a typed value.
+
+        Raises ValueError with a message that says what is valid.
+        """
+        try:
+            value = self._convert(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected {self.describe_valid()}, got {raw!r}") from None
+        if self.choices and value not in self.choices:
+            raise ValueError(f"expected {self.describe_valid()}, got {raw!r}{did_you_mean(str(value), self.choices)}")
+        if self.kind in (int, float):
+            if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum
+            ):
+                raise ValueError(f"expected {self.describe_valid()}, got {raw!r}")
+        return value
+
+    def _convert(self, raw: Any) -> Any:
+        kind = self.kind
+        if raw is None:
+            return None
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+                return raw.strip().lower() in _TRUE
+            raise ValueError
+        if kind is int:
+            if isinstance(raw, bool) or isinstance(raw, float):
+                raise ValueError
+            return int(raw.strip()) if isinstance(raw, str) else int(raw)
+        if kind is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        if kind is list:
+            if isinstance(raw, str):
+                return [part.strip() for part in raw.split(",") if part.strip()]
+            if isinstance(raw, (list, tuple)) and all(isinstance(x, str) for x in raw):
+                return list(raw)
+            raise ValueError
+        if kind is str:
+            if not isinstance(raw, str):
+                raise ValueError
+            return raw
+        raise TypeError(f"unsupported setting kind {kind!r}")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+class SettingsRegistry:
+    """The settings a plugin set declares; names and flags are unique across plugins."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Setting] = {}
+        self._flag_owner: dict[str, str] = {}
+
+    def add(self, setting: Setting, owner: str | None = None) -> Setting:
+        """Declare a setting; `owner` (the plugin name) defaults to the setting's own."""
+        if owner is not None:
+            setting = replace(setting, owner=owner)
+        if not setting.name.isidentifier() or setting.name != setting.name.lower():
+            raise PluginError(f"plugin '{setting.owner}' declares setting {setting.name!r}: names are lower_snake_case")
+        if setting.kind not in (bool, int, float, str, list):
+            raise PluginError(f"plugin '{setting.owner}' declares setting '{setting.name}' of kind {setting.kind!r}; "
+                              "valid kinds: bool, int, float, str, list")
+        other = self._by_name.get(setting.name)
+        if other is not None:
+            raise PluginError(
+                f"setting '{setting.name}' is declared by both '{other.owner}' and '{setting.owner}'; "
+                "a setting name must be unique across the loaded plugins"
+            )
+        for flag in setting.flags:
+            if flag in self._flag_owner:
+                raise PluginError(
+                    f"flag {flag} is declared by both '{self._flag_owner[flag]}' and '{setting.owner}'"
+                )
+        self._by_name[setting.name] = setting
+        for flag in setting.flags:
+            self._flag_owner[flag] = setting.owner
+        return setting
+
+    def scoped(self, owner: str) -> "ScopedRegistry":
+        """A view that stamps `owner` on every setting added through it (what a plugin's hook receives)."""
+        return ScopedRegistry(self, owner)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> Setting:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[Setting]:
+        return iter(self._by_name.values())
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def owned_by(self, owner: str) -> list[Setting]:
+        return [s for s in self._by_name.values() if s.owner == owner]
+
+
+@dataclass
+class ScopedRegistry:
+    """What `acc_add_settings` receives: `add(Setting(...))` records the calling plugin as owner."""
+
+    registry: SettingsRegistry
+    owner: str
+
+    def add(self, setting: Setting) -> Setting:
+        return self.registry.add(setting, owner=self.owner)
+
+
+@dataclass
+class ResolvedSettings(Mapping[str, Any]):
+    """Typed setting values with the source of each (`'flag --nproc'`, `'env ACC_NPROC'`, `'default'`...)."""
+
+    values: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise KeyError(f"no setting named {name!r}; known: {', '.join(sorted(self.values))}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, "default")
+
+    def is_default(self, name: str) -> bool:
+        return self.source(name) == "default"
+
+    def override(self, name: str, value: Any, source: str) -> "ResolvedSettings":
+        """A copy with one value replaced (e.g. an `Accelerator(...)` argument, source 'code')."""
+        values, sources = dict(self.values), dict(self.sources)
+        values[name], sources[name] = value, source
+        return ResolvedSettings(values, sources)
+
+    def to_json(self) -> str:
+        return json.dumps({"values": self.values, "sources": self.sources}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ResolvedSettings":
+        data = json.loads(text)
+        return cls(dict(data["values"]), dict(data["sources"]))
+
+
+def resolve(
+    registry: SettingsRegistry,
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str],
+    files: "Sequence[ConfigFile]" = (),
+) -> ResolvedSettings:
+    """Resolve every registered setting: flag > ACC_* env > config files in the order given > default.
+
+    `flags` maps setting names to raw values that were given on the command line (absent = not given).
+    Raises ConfigError naming the flag, variable or file line of the first bad value.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in registry:
+        cfg = None
+        if setting.name in flags:
+            raw = flags[setting.name]
+            where = f"flag {setting.flags[0]}" if setting.flags else f"argument {setting.name}"
+        elif setting.env_var in environ:
+            raw, where = environ[setting.env_var], f"env {setting.env_var}"
+        else:
+            for cfg in files:
+                found, raw = cfg.lookup(setting)
+                if found:
+                    where = f"{cfg.label} {cfg.path}"
+                    break
+            else:
+                values[setting.name], sources[setting.name] = setting.default, "default"
+                continue
+        try:
+            values[setting.name] = setting.convert(raw)
+        except ValueError as exc:
+            if cfg is not None:
+                raise ConfigError(cfg.describe_key(setting, str(exc))) from None
+            raise ConfigError(f"{where}: {exc} ({setting.name}: {setting.help})") from None
+        sources[setting.name] = where
+    return ResolvedSettings(values, sources)
+
+
+def core_settings() -> list[Setting]:
+    """The kernel's own settings (plugins add theirs through the `acc_add_settings` hook)."""
+    return [
+        Setting("backend", str, "cpu", "the backend that runs the processes (see `acc plugins`)", ("--backend",)),
+        Setting("nproc", int, 1, "processes per machine", ("--nproc",), minimum=1),
+        Setting(
+            "plugins", list, [],
+            "extra plugins to load (entry-point name or module); no:NAME blocks one", ("-p", "--plugin"),
+        ),
+        Setting(
+            "mixed_precision", str, "no", "mixed precision mode", ("--mixed-precision",),
+            choices=("no", "fp16", "bf16"),
+        ),
+        Setting(
+            "gradient_accumulation_steps", int, 1, "micro-steps per optimizer step",
+            ("--gradient-accumulation-steps",), minimum=1,
+        ),
+        Setting("cpu", bool, False, "run on the CPU even when an accelerator is visible", ("--cpu",)),
+        # where processes meet (used by every multi-process engine)
+        Setting("num_machines", int, 1, "machines in the run", ("--num-machines",), minimum=1),
+        Setting("machine_rank", int, 0, "this machine's index, 0 on the main machine", ("--machine-rank",),
+                minimum=0),
+        Setting("main_process_ip", str, None, "address of machine 0 (multi-machine runs)", ("--main-process-ip",)),
+        Setting("main_process_port", int, None, "port on machine 0; default: a free port on one machine, "
+                "29500 across machines", ("--main-process-port",), minimum=1, maximum=65535),
+        Setting("rdzv_backend", str, "c10d", "rendezvous backend of torch's elastic agent", ("--rdzv-backend",),
+                choices=("c10d", "static", "etcd", "etcd-v2")),
+        Setting("max_restarts", int, 0, "times the workers are restarted after a failure", ("--max-restarts",),
+                minimum=0),
+        Setting("timeout", float, 1800.0, "seconds a collective may wait before the run fails", ("--timeout",),
+                minimum=1),
+    ]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Create or reuse .venv: torch 2.13.0 (CPU), acc-core and every plugin in plugins/ (editable), test tools.
+# Re-installs only when a pyproject.toml or this script changed (a stamp file records their hash).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${ACC_VENV:-$root/.venv}"
+python="${PYTHON:-python3}"
+stamp="$venv/.acc-bootstrap"
+want="$(cat "$root/pyproject.toml" "$root"/plugins/*/pyproject.toml "$root/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/acc" ]; then
+  exit 0
+fi
+quiet() { "$@" 2>&1 | { grep -v -e "is ignored: it is neither" -e "^$" || true; }; }
+echo "bootstrap: preparing $venv"
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# the CPU build (a plain 'torch' requirement would pull a multi-GB CUDA build)
+quiet "${pip[@]}" "torch==2.13.0"
+editables=(-e "$root")
+for dir in "$root"/plugins/*/; do
+  name="$(basename "$dir")"
+  # xla pins its own torch and is tested in its own venv (scripts/xla-lane.sh); _template is a skeleton
+  case "$name" in xla|_template) continue ;; esac
+  [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
+done
+quiet "${pip[@]}" "${editables[@]}" pytest pytest-timeout numpy safetensors
+"$venv/bin/python" -c "import torch, acc; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+echo "$want" > "$stamp"
+echo "bootstrap: ready ($("$venv/bin/acc" --version))"

@@ -1,0 +1,86 @@
+"""Shared fixtures: an isolated environment per test, a fresh plugin manager, real `acc` subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = ROOT / "tests" / "workers"
+ACC = str(Path(sys.executable).parent / "acc")
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """os.environ without ACC_* variables or launcher variables, with a private user config dir."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACC_", "TORCHELASTIC_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                                     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["ACC_CONFIG_HOME"] = str(tmp_path / "user-config")
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test runs in its own cwd, with no ACC_* variables and an empty user config dir."""
+    for key in list(os.environ):
+        if key.startswith("ACC_") or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("ACC_CONFIG_HOME", str(tmp_path / "user-config"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fresh_pm():
+    """A plugin manager with acc's specs and the builtin cpu backend, nothing else."""
+    import acc.builtin.cpu
+    from acc.plugins import new_plugin_manager, register
+
+    pm = new_plugin_manager()
+    register(pm, acc.builtin.cpu, "cpu")
+    return pm
+
+
+def run(args: list[str], tmp_path: Path, timeout: float = 120, env: dict | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run a command (e.g. [ACC, 'launch', ...]) in a clean environment; output captured as text."""
+    return subprocess.run(args, cwd=cwd or tmp_path, env=env or clean_env(tmp_path), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def read_rank_results(directory: Path) -> dict[int, dict]:
+    """The JSON files `rank<N>.json` a worker script wrote, by rank."""
+    out = {}
+    for path in sorted(directory.glob("rank*.json")):
+        out[int(path.stem[4:])] = json.loads(path.read_text())
+    return out
+
+
+def overlay_venv(tmp_path: Path) -> Path:
+    """A new venv that sees this venv's packages (acc-core, torch, ...) and installs into its own
+    site-packages: for real `pip install -e` tests that must not change the main venv. Returns its python."""
+    import site
+    import venv
+
+    target = tmp_path / "overlay"
+    venv.create(target, with_pip=False)
+    python = target / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in site.getsitepackages())
+    (Path(purelib) / "_acc_parent_venv.pth").write_text(lines)
+    return python
+
+
+def pip_install_editable(python: Path, source: Path, tmp_path: Path) -> None:
+    """`pip install -e source` into the overlay venv (no network: no deps, no build isolation)."""
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--disable-pip-version-check", "-e", str(source)],
+                          capture_output=True, text=True, timeout=300, env=clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
