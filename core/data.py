@@ -127,6 +127,16 @@ class _IterableShard:
         self.padded_last_round = False
         self.real_in_last_round = 0
 
+    def __len__(self) -> int:
+        n, w = len(self.loader), self.num_processes  # TypeError when the stream has no length, as in torch
+        if self.split_batches:
+            return n
+        if self.drop_last:
+            return n // w
+        if self.even_batches:
+            return math.ceil(n / w)
+        return n // w + (1 if self.process_index < n % w else 0)
+
     def __iter__(self) -> Iterator[Any]:
         self.padded_last_round = False
         w, r = self.num_processes, self.process_index
