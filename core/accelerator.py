@@ -14,12 +14,14 @@ from typing import Any, Callable, Iterator
 import pluggy
 import torch
 
-from . import ops
+from . import lifecycle, ops
 from .assembly import Assembly, assemble_worker
 from .context import RunContext
 from .data import PreparedDataLoader
 from .errors import AccError
+from .kwargs import AutocastKwargs, GradScalerKwargs
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
+from .precision import BackendStepper, Precision, check_supported
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
@@ -76,12 +78,26 @@ class Accelerator:
         if info is None:
             raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
         self.ctx.process = info
+        lifecycle.install(self.end_training)
+        self._precision = self._make_precision()
         self._models: list[Any] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
+        self._steppers: list[BackendStepper] = []
         self._micro_step = 0
         self._ended = False
+
+    def _make_precision(self) -> Precision:
+        mode, info = self.mixed_precision, self.ctx.process
+        if info.native_precision:
+            return Precision(mode, info.device, native=True)
+        check_supported(mode, info.device)
+        scaler = None
+        if mode == "fp16":
+            handler = self.ctx.handler(GradScalerKwargs)
+            scaler = self._pm.hook.acc_grad_scaler(ctx=self.ctx, kwargs=handler.to_kwargs() if handler else {})
+        return Precision(mode, info.device, scaler=scaler, autocast_kwargs=self.ctx.handler(AutocastKwargs))
 
     # ------------------------------------------------------------------ facts
     @property
@@ -147,7 +163,17 @@ class Accelerator:
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
+        """True when the last optimizer step was skipped (fp16 gradients overflowed)."""
         return any(opt.step_was_skipped for opt in self._optimizers)
+
+    @property
+    def scaler(self) -> Any:
+        """The fp16 gradient scaler, or None."""
+        return self._precision.scaler
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """This run's autocast context, for code outside the prepared models' forward (e.g. a loss)."""
+        return self._precision.autocast()
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, *objects: Any, device_placement: list[bool] | None = None) -> Any:
@@ -171,6 +197,7 @@ class Accelerator:
                 model = objects[i]
                 if placement[i] and self.device is not None:
                     model = model.to(self.device)
+                self._precision.patch_forward(model)
                 models.append(model)
             raw_opts = [objects[i] for i in opt_idx]
             wrapped_models, wrapped_opts = self._pm.hook.acc_wrap(ctx=self.ctx, models=models, optimizers=raw_opts)
@@ -182,7 +209,7 @@ class Accelerator:
             for i, old, new in zip(opt_idx, raw_opts, wrapped_opts):
                 if placement[i]:
                     _move_optimizer_state(new, self.device)
-                result[i] = AcceleratedOptimizer(new, self._optimizer_step, self.ctx.loop)
+                result[i] = AcceleratedOptimizer(new, self._step_function(new), self.ctx.loop)
                 self._optimizers.append(result[i])
                 for obj in objects:  # schedulers built on the old optimizer follow the new one
                     if isinstance(obj, _SCHEDULER_TYPES) and obj.optimizer is old and new is not old:
@@ -229,13 +256,17 @@ class Accelerator:
 
     # ------------------------------------------------------------------ training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate `loss`, divided by the accumulation steps when accumulating."""
+        """Backpropagate `loss`, divided by the accumulation steps, scaled for fp16."""
         if self.gradient_accumulation_steps > 1:
             loss = loss / self.gradient_accumulation_steps
+        loss = self._precision.scale_loss(loss)
         self._pm.hook.acc_backward(ctx=self.ctx, loss=loss, kwargs=kwargs)
 
-    def _optimizer_step(self, optimizer: Any) -> bool:
-        return self._pm.hook.acc_optimizer_step(ctx=self.ctx, optimizer=optimizer) is not False
+    def _step_function(self, optimizer: Any) -> Callable[[Any], bool]:
+        """The prepared optimizer's step: through the scaler (fp16) to the backend's step hook."""
+        stepper = BackendStepper(optimizer, lambda opt: self._pm.hook.acc_optimizer_step(ctx=self.ctx, optimizer=opt))
+        self._steppers.append(stepper)
+        return lambda opt: self._precision.step(stepper, lambda: stepper.step())
 
     @contextlib.contextmanager
     def accumulate(self, *models: Any) -> Iterator[None]:
@@ -258,18 +289,36 @@ class Accelerator:
         with self._pm.hook.acc_no_sync(ctx=self.ctx, model=model):
             yield
 
-    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Clip the total gradient norm across all processes; returns that norm."""
+    def _unscale_all(self) -> None:
+        for stepper in self._steppers:
+            self._precision.unscale(stepper)
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor | None:
+        """Clip the total gradient norm across all processes (fp16 gradients unscaled first); returns it.
+
+        On accumulation micro-steps (`sync_gradients` False) it does nothing and returns None: the
+        gradients are not complete yet, so their norm means nothing.
+        """
+        if not self.sync_gradients:
+            return None
+        self._unscale_all()
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         return self._pm.hook.acc_clip_grad_norm(ctx=self.ctx, parameters=params, max_norm=max_norm,
                                                norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clamp every gradient to [-clip_value, clip_value] (fp16 gradients unscaled first)."""
+        if not self.sync_gradients:
+            return
+        self._unscale_all()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
-        """The user's module without the backend's wrapper."""
-        return self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model)
+        """The user's module without the backend's wrapper (and without the autocast forward, if asked)."""
+        inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model)
+        if not keep_fp32_wrapper:
+            Precision.unpatch(inner)
+        return inner
 
     # ------------------------------------------------------------------ collectives
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:

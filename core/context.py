@@ -18,6 +18,7 @@ class ProcessInfo:
     local_process_index: int = 0
     local_num_processes: int = 1
     distributed_type: str = "no"  # a label for users and manifests: "no", "multi_cpu", "multi_gpu", ...
+    native_precision: bool = False  # True: the backend implements mixed precision itself (kernel stands aside)
 
     def __post_init__(self) -> None:
         if not 0 <= self.process_index < self.num_processes:

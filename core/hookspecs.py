@@ -44,6 +44,7 @@ SELECTION_HOOKS = (
     "acc_backward",
     "acc_optimizer_step",
     "acc_clip_grad_norm",
+    "acc_grad_scaler",
     "acc_all_reduce",
     "acc_all_gather",
     "acc_gather_object",
@@ -226,6 +227,22 @@ def acc_clip_grad_norm(ctx: "RunContext", parameters: list, max_norm: float, nor
     **Kind**: firstresult (selection); sharded backends answer because each rank holds part of the norm.
     **Called by**: ``Accelerator.clip_grad_norm_``, on every process.
     **Default**: cpu calls ``torch.nn.utils.clip_grad_norm_``.
+    """
+
+
+@hookspec(firstresult=True)
+def acc_grad_scaler(ctx: "RunContext", kwargs: dict) -> Any:
+    """The gradient scaler for fp16 mixed precision.
+
+    :param kwargs: the user's ``GradScalerKwargs`` as a dict (may be empty).
+    :return: an object with GradScaler's interface (``scale``, ``unscale_``, ``step``, ``update``,
+        ``get_scale``, ``state_dict``, ``load_state_dict``). Sharded backends return a scaler that agrees
+        on overflow across processes.
+
+    **Kind**: firstresult (selection).
+    **Called by**: ``Accelerator.__init__``, on every process, once, when mixed_precision is "fp16" and the
+    backend did not report ``native_precision``.
+    **Default**: cpu returns ``torch.amp.GradScaler(ctx.device.type, **kwargs)``.
     """
 
 

@@ -50,7 +50,9 @@ class GradScalerKwargs(KwargsHandler):
 
 @dataclass
 class AutocastKwargs(KwargsHandler):
-    """`enabled` and `cache_enabled` for `torch.autocast`."""
+    """`enabled` and `cache_enabled` for `torch.autocast`; `outputs_float32=False` keeps model outputs in
+    the autocast dtype instead of converting them to float32."""
 
     enabled: bool = True
     cache_enabled: bool | None = None
+    outputs_float32: bool = True

@@ -131,6 +131,13 @@ def acc_clip_grad_norm(ctx: RunContext, parameters: list, max_norm: float, norm_
 
 
 @hookimpl(trylast=True)
+def acc_grad_scaler(ctx: RunContext, kwargs: dict) -> Any:
+    import torch
+
+    return torch.amp.GradScaler(ctx.device.type, **kwargs)
+
+
+@hookimpl(trylast=True)
 def acc_all_reduce(ctx: RunContext, tensor: Any, op: str) -> Any:
     return tensor
 

@@ -58,24 +58,47 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str]) -> int:
     return 0
 
 
-def failure_report(exc: "object") -> str:
-    """A short report of failed workers: rank, exit code or signal, and the error the worker recorded."""
+def _how(code: int) -> str:
     import signal
 
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _root_order(failure: "object") -> tuple:
+    """Sort key: what most likely failed first. A death by a signal the agent does not send (SIGKILL,
+    SIGSEGV, ...) comes first, then exceptions by the time the worker recorded them, then the rest."""
+    import signal
+
+    code = failure.exitcode  # type: ignore[attr-defined]
+    message = failure.message  # type: ignore[attr-defined]
+    if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
+        return (0, 0)
+    if isinstance(message, dict) and "acc_time_ns" in message.get("extraInfo", {}):
+        return (1, int(message["extraInfo"]["acc_time_ns"]))
+    return (2, failure.timestamp)  # type: ignore[attr-defined]
+
+
+def failure_report(exc: "object") -> str:
+    """A short report: the first failing rank with its own traceback, then one line per other failed rank."""
+    failures = exc.failures  # type: ignore[attr-defined]
+    root_rank = min(failures, key=lambda r: _root_order(failures[r]))
+    root = failures[root_rank]
     lines = ["acc launch: the run failed"]
-    for rank, failure in sorted(exc.failures.items()):  # type: ignore[attr-defined]
-        code = failure.exitcode
-        if code < 0:
-            try:
-                how = f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        else:
-            how = f"exit code {code}"
-        lines.append(f"  rank {rank} (local rank {failure.local_rank}): {how}")
-        message = failure.message
+    for rank, failure in [(root_rank, root)] + [(r, f) for r, f in sorted(failures.items()) if r != root_rank]:
+        message, callstack = failure.message, ""
         if isinstance(message, dict):
+            callstack = message.get("extraInfo", {}).get("py_callstack", "")
             message = message.get("message", "")
-        if message and "To enable traceback" not in str(message):
-            lines.extend("    " + line for line in str(message).rstrip().splitlines())
+        message = "" if "To enable traceback" in str(message) else str(message).strip()
+        label = "first failure" if rank == root_rank else "also failed"
+        lines.append(f"  rank {rank} (local rank {failure.local_rank}), {label}: {_how(failure.exitcode)}"
+                     + (f": {message.splitlines()[-1]}" if message and rank != root_rank else ""))
+        if rank == root_rank:
+            detail = callstack or message
+            lines.extend("    " + line for line in detail.rstrip().splitlines())
     return "\n".join(lines)
