@@ -235,10 +235,13 @@ class PreparedDataLoader:
         self.end_of_dataloader = False
         self.batches_yielded = 0
         self._skip = 0
+        self._iterating = False
+        self._interrupted: tuple[int, int] | None = None
         self._on_start, self._on_end = on_start, on_end
         self.num_processes = num_processes
         self.dataset = loader.dataset
         self.generator = torch.Generator()
+        self.worker_generator = torch.Generator()
         drop_last = bool(getattr(loader, "drop_last", False))
         if isinstance(loader.dataset, IterableDataset):
             self._shard: Any = _IterableShard(loader, num_processes, process_index, split_batches, even_batches,
@@ -260,7 +263,10 @@ class PreparedDataLoader:
         self._shard = ShardedBatchSampler(
             batch_sampler, num_processes, process_index, split_batches, even_batches, drop_last
         )
-        self._loader = DataLoader(loader.dataset, batch_sampler=self._shard, **_loader_kwargs(loader))
+        # the loader draws its workers' base seed from this generator, not from torch's global one: iterating
+        # never shifts the user's random stream, and a resumed run draws the same worker seeds
+        self._loader = DataLoader(loader.dataset, batch_sampler=self._shard, generator=self.worker_generator,
+                                  **_loader_kwargs(loader))
         per = getattr(batch_sampler, "batch_size", None) or loader.batch_size or 1
         self.total_batch_size = per if split_batches else per * num_processes
 
@@ -280,6 +286,19 @@ class PreparedDataLoader:
     def __len__(self) -> int:
         return len(self._loader)
 
+    def position(self) -> tuple[int, int]:
+        """(epoch, batches to skip) at which the data stream continues, for checkpoints.
+
+        Mid-iteration, or after a loop left early (`break`), that is the current epoch after the
+        batches already taken, so a resumed run continues exactly where this one stopped. (A new
+        `for` loop in the same process starts the next epoch, as a plain DataLoader starts afresh.)
+        """
+        if self._iterating:
+            return self.epoch, self.batches_yielded
+        if self._interrupted is not None:
+            return self._interrupted
+        return self.epoch, self._skip
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next iteration produces (optional: epochs count themselves)."""
         self.epoch = epoch
@@ -290,6 +309,7 @@ class PreparedDataLoader:
 
     def _start_epoch(self) -> None:
         self.generator.manual_seed(self.seed + self.epoch)
+        self.worker_generator.manual_seed((self.seed + self.epoch + 0x5EED) % 2**63)
         for obj in (getattr(self.base_loader, "sampler", None), getattr(self.base_loader, "batch_sampler", None),
                     self.dataset):
             set_epoch = getattr(obj, "set_epoch", None)
@@ -306,11 +326,12 @@ class PreparedDataLoader:
             next(it, None)
         if self._on_start:
             self._on_start(self)
+        self._iterating, self._interrupted, completed = True, None, False
         try:
             try:
                 current = next(it)
             except StopIteration:
-                self.end_of_dataloader = True
+                self.end_of_dataloader = completed = True
                 return
             while True:
                 try:
@@ -319,11 +340,15 @@ class PreparedDataLoader:
                     self.end_of_dataloader = True
                     self.batches_yielded += 1
                     yield ops.send_to_device(current, self.device, non_blocking=self._non_blocking)
+                    completed = True
                     break
                 self.batches_yielded += 1
                 yield ops.send_to_device(current, self.device, non_blocking=self._non_blocking)
                 current = upcoming
         finally:
+            self._iterating = False
+            if not completed:
+                self._interrupted = (self.epoch, self.batches_yielded)
             self.epoch += 1  # the next iteration is the next epoch, even after an early break
             if self._on_end:
                 self._on_end(self)

@@ -320,8 +320,13 @@ def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
     """Write the models' and optimizers' state into ``directory`` (a ``pathlib.Path`` that exists).
 
     Sharded backends write their shards from every process; others write from the main process only.
+    Tensors go to safetensors or ``torch.save`` files that ``torch.load(weights_only=True)`` can read
+    (``acc.checkpoint.save_tensors`` / ``save_object``): loading must never need to run code.
 
-    :return: the file names (relative to ``directory``) this process wrote.
+    :param models: the user's modules (unwrapped), in prepare order.
+    :param optimizers: the user's optimizers (unwrapped), in prepare order.
+    :return: the file names (relative to ``directory``) this process wrote; the kernel lists them, with
+        sizes and checksums, in the checkpoint's manifest.
 
     **Kind**: firstresult (selection).
     **Called by**: ``Accelerator.save_state``, on every process, before the kernel writes its own files.
@@ -330,8 +335,12 @@ def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
 
 
 @hookspec(firstresult=True)
-def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list) -> bool | None:
+def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list,
+                        manifest: dict) -> bool | None:
     """Restore the models' and optimizers' state from ``directory``; return True.
+
+    :param manifest: the checkpoint's manifest; check each file with ``acc.checkpoint.verify(directory,
+        manifest, name)`` before reading it, and read with ``load_tensors`` / ``load_object``.
 
     **Kind**: firstresult (selection).
     **Called by**: ``Accelerator.load_state``, on every process.

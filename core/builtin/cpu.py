@@ -168,5 +168,43 @@ def acc_barrier(ctx: RunContext) -> bool:
 
 
 @hookimpl(trylast=True)
+def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
+    from .. import checkpoint as ckpt
+
+    if ctx.process_index != 0:  # every process holds the same replica: the main process writes it
+        return []
+    written = []
+    for i, model in enumerate(models):
+        ckpt.save_tensors(model.state_dict(), directory / f"model_{i}.safetensors")
+        written.append(f"model_{i}.safetensors")
+    for i, optimizer in enumerate(optimizers):
+        ckpt.save_object(optimizer.state_dict(), directory / f"optimizer_{i}.pt")
+        written.append(f"optimizer_{i}.pt")
+    return written
+
+
+@hookimpl(trylast=True)
+def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
+    from .. import checkpoint as ckpt
+
+    for i, model in enumerate(models):
+        path = ckpt.verify(directory, manifest, f"model_{i}.safetensors")
+        state = ckpt.load_tensors(path, device=ctx.device)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ckpt.CheckpointError(f"{path}: does not fit model #{i} ({type(model).__name__}): "
+                                       f"{str(exc).splitlines()[0]} {' '.join(str(exc).split())[:400]}") from None
+    for i, optimizer in enumerate(optimizers):
+        path = ckpt.verify(directory, manifest, f"optimizer_{i}.pt")
+        try:
+            optimizer.load_state_dict(ckpt.load_object(path, map_location=ctx.device))
+        except (ValueError, KeyError) as exc:
+            raise ckpt.CheckpointError(f"{path}: does not fit optimizer #{i} ({type(optimizer).__name__}): "
+                                       f"{exc}") from None
+    return True
+
+
+@hookimpl(trylast=True)
 def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
     return model.state_dict()

@@ -116,6 +116,9 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str 
         click.echo(describe(assembly, plan, target))
         return
     env = orchestrate.worker_environment(assembly, plan)
+    run_dir = orchestrate.record_run(assembly, plan, target)
+    if run_dir is not None:
+        env["ACC_RUN_DIR"] = str(run_dir.resolve())
     code = orchestrate.execute(plan, target, env)
     ctx.exit(code)
 

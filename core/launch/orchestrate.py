@@ -109,6 +109,24 @@ def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, 
     return env
 
 
+def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | None:
+    """Write the run manifest into a new directory under `output_dir` (none when output_dir is '')."""
+    from .. import manifest
+
+    s = assembly.settings
+    if not s["output_dir"]:
+        return None
+    directory = manifest.run_directory(s["output_dir"], s["backend"], plan.machine_rank)
+    plugins = {name: (info.distribution, info.version) for name, info in assembly.infos.items()}
+    world = {"num_machines": plan.num_machines, "nproc_per_machine": plan.nproc_per_machine,
+             "world_size": plan.world_size, "engine": plan.engine}
+    data = manifest.build(s, s.sources, plugins, manifest.launcher_command(), world)
+    data["target"] = str(target)
+    data["device"] = plan.device
+    manifest.write_json(directory / "manifest.json", data)
+    return directory
+
+
 def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str]) -> int:
     """Run the plan with the kernel's executor for its engine; returns the exit code."""
     if plan.engine not in EXECUTORS:

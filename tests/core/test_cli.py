@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from acc import __version__
 from acc.cli import cli
-from tests.conftest import ACC, clean_env, run
+from tests.conftest import ACC, run
 
 
 def invoke(*args: str, env: dict | None = None):

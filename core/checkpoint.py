@@ -1,0 +1,264 @@
+"""Checkpoint files: crash-safe directories, a manifest with checksums, and loading that runs no code.
+
+Protocol of `save_state(dir)`:
+1. the main process creates `<parent>/.<name>.tmp-<id>` and tells the others;
+2. the backend (`acc_save_checkpoint`) and the kernel write their files there, each process its own;
+3. every process hashes what it wrote; the main process writes `manifest.json` (files, sizes,
+   sha256, the run's configuration) and renames the directory to `<name>` in one atomic step.
+A process killed before step 3 leaves only a `.tmp-` directory, which nothing ever loads.
+
+Loading checks every file against the manifest (missing, truncated, altered) before reading it, and
+reads tensors with safetensors and everything else with `torch.load(weights_only=True)`: a file that
+would make pickle run code is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import AccError
+
+MANIFEST = "manifest.json"
+FORMAT = "acc-checkpoint/1"
+AUTO_PREFIX = "checkpoint_"
+
+
+class CheckpointError(AccError):
+    """A checkpoint (or a file in it) is missing, incomplete, corrupt, foreign or unsafe."""
+
+
+@dataclass
+class ProjectConfiguration:
+    """Where a project keeps its checkpoints (names as in Accelerate).
+
+    With `automatic_checkpoint_naming`, `save_state()` writes `project_dir/checkpoints/checkpoint_<i>`
+    and keeps the newest `total_limit`; `load_state()` loads the newest complete one.
+    """
+
+    project_dir: str | None = None
+    logging_dir: str | None = None
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None
+    iteration: int = 0
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        if not self.project_dir:
+            raise CheckpointError("automatic checkpoint naming needs a project_dir: "
+                                  "Accelerator(project_config=ProjectConfiguration(project_dir=..., ...))")
+        return Path(self.project_dir) / "checkpoints"
+
+
+# ------------------------------------------------------------------------------------------ directories
+
+
+def temporary_dir(final: Path) -> Path:
+    return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
+
+
+def is_complete(directory: Path) -> bool:
+    return directory.is_dir() and not directory.name.startswith(".") and (directory / MANIFEST).is_file()
+
+
+def automatic_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Complete automatically named checkpoints under `root`, oldest first."""
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            match = re.fullmatch(AUTO_PREFIX + r"(\d+)", path.name)
+            if match and is_complete(path):
+                found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Make `tmp` visible as `final` atomically (an existing `final` is replaced, then removed)."""
+    _fsync_dir(tmp)
+    old = None
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:12]}"
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def digest(path: Path, sync: bool = False) -> dict[str, Any]:
+    """Size and sha256 of a file (what the manifest records); with `sync`, also flush it to disk."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fp:
+        for block in iter(lambda: fp.read(1 << 22), b""):
+            h.update(block)
+        if sync:
+            os.fsync(fp.fileno())
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def digest_many(directory: Path, names: list[str], sync: bool = False) -> dict[str, dict[str, Any]]:
+    """`digest` of several files at once (hashlib releases the GIL: the files are hashed in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(names) <= 1:
+        return {name: digest(directory / name, sync) for name in names}
+    with ThreadPoolExecutor(max_workers=min(4, len(names), os.cpu_count() or 1)) as pool:
+        results = pool.map(lambda n: digest(directory / n, sync), names)
+        return dict(zip(names, results))
+
+
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Write a flat dict of tensors as safetensors (shared storage is copied: safetensors needs that)."""
+    from safetensors.torch import save_file
+
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, t in tensors.items():
+        t = t.detach()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset()) if t.numel() else (id(t), 0)
+        if key in seen or not t.is_contiguous():
+            t = t.clone().contiguous()
+        seen.add(key)
+        out[name] = t.cpu() if t.device.type != "cpu" else t
+    save_file(out, str(path))
+
+
+def load_tensors(path: Path, device: Any = "cpu") -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device=str(device))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def save_object(obj: Any, path: Path) -> None:
+    """Write tensors and plain data (dicts, lists, numbers, strings) with torch.save."""
+    torch.save(obj, path)
+
+
+def load_object(path: Path, map_location: Any = "cpu") -> Any:
+    """Read what `save_object` wrote; anything that is not tensors and plain data is refused."""
+    import pickle
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{path}: refused: the file holds Python objects other than tensors and plain data, and loading "
+            f"them would run code from the file ({str(exc).splitlines()[0]})"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+# ------------------------------------------------------------------------------------------ manifest
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint {directory} does not exist")
+    if not path.is_file():
+        raise CheckpointError(f"{directory} is not a complete acc checkpoint: it has no {MANIFEST} "
+                              "(a checkpoint written by acc gets one when it is complete)")
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an acc checkpoint manifest (format {manifest.get('format')!r}, "
+                              f"expected {FORMAT!r})" if isinstance(manifest, dict) else f"{path}: not a manifest")
+    return manifest
+
+
+def verify_ahead(directory: Path, manifest: dict[str, Any], names: list[str]) -> None:
+    """Check several files at once (in parallel); later `verify` calls for them cost nothing."""
+    present = [n for n in names if n in manifest.get("files", {}) and (directory / n).is_file()
+               and (directory / n).stat().st_size == manifest["files"][n]["size"]]
+    verified = manifest.setdefault("_verified", {})
+    for name, found in digest_many(directory, present).items():
+        verified[name] = found["sha256"]
+
+
+def verify(directory: Path, manifest: dict[str, Any], name: str) -> Path:
+    """The path of `name` after checking it against the manifest (present, full size, same checksum)."""
+    entry = manifest.get("files", {}).get(name)
+    path = directory / name
+    if entry is None:
+        raise CheckpointError(f"{path}: not listed in {directory / MANIFEST}; the checkpoint does not match "
+                              "what is being loaded (different models/optimizers, or another backend?)")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (listed in the manifest)")
+    size = path.stat().st_size
+    if size != entry["size"]:
+        raise CheckpointError(f"{path}: truncated or altered: {size} bytes, the manifest says {entry['size']}")
+    known = manifest.get("_verified", {}).get(name)
+    if (known or digest(path)["sha256"]) != entry["sha256"]:
+        raise CheckpointError(f"{path}: corrupt: its sha256 differs from the manifest's")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ RNG
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random generator states, as tensors and plain data."""
+    state: dict[str, Any] = {"python": _plain(random.getstate()), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_tuples(state["python"]))
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _plain(x: Any) -> Any:
+    return [_plain(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _tuples(x: Any) -> Any:
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x

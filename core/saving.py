@@ -1,0 +1,254 @@
+"""The facade's save and load: `save_state`/`load_state` (exact resume), `save_model`, `save`.
+
+The backend writes and reads model and optimizer state through `acc_save_checkpoint` /
+`acc_load_checkpoint` (a sharding backend writes shards from every process); the kernel writes the
+rest: schedulers, the fp16 scaler, data-loader positions, counters, registered objects (main process)
+and each process's RNG states (per process), then the manifest. See checkpoint.py for the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import checkpoint as ckpt
+from . import manifest as run_manifest
+from .checkpoint import CheckpointError
+
+KERNEL_STATE = "kernel_state.pt"
+RNG_FILE = "rng_state_{rank}.pt"
+CUSTOM_FILE = "custom_{index}.pt"
+
+
+class SavingMixin:
+    """Mixed into `Accelerator`; expects the prepared-object lists, `ctx`, `_pm` and the collectives."""
+
+    # ------------------------------------------------------------------ registration
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and restore these objects with the state (each needs state_dict and load_state_dict)."""
+        bad = [f"#{i} ({type(o).__name__})" for i, o in enumerate(objects)
+               if not (callable(getattr(o, "state_dict", None)) and callable(getattr(o, "load_state_dict", None)))]
+        if bad:
+            raise TypeError(f"register_for_checkpointing: object(s) {', '.join(bad)} lack state_dict() and "
+                            "load_state_dict(); wrap them in an object that has both")
+        self._custom_objects.extend(objects)
+
+    def _unwrapped_models(self) -> list[Any]:
+        return [self.unwrap_model(m) for m in self._models]
+
+    # ------------------------------------------------------------------ save_state
+    def save_state(self, output_dir: str | os.PathLike | None = None) -> Path:
+        """Write everything needed to resume exactly into `output_dir` (or the next automatic name).
+
+        The directory appears only once complete; a crash leaves the previous checkpoint intact.
+        Call it on every process. Returns the checkpoint directory.
+        """
+        config = self.project_configuration
+        if output_dir is None:
+            if not config.automatic_checkpoint_naming:
+                raise CheckpointError("save_state() needs a directory, or ProjectConfiguration("
+                                      "automatic_checkpoint_naming=True, project_dir=...)")
+            final = config.checkpoints_dir / f"{ckpt.AUTO_PREFIX}{config.iteration}"
+        else:
+            final = Path(output_dir)
+        tmp = None
+        if self.is_main_process:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = ckpt.temporary_dir(final)
+            tmp.mkdir()
+        tmp = Path(self.broadcast_object(str(tmp) if tmp else None, from_process=0))
+        self.wait_for_everyone()  # the directory exists for everyone (shared file system)
+
+        written = list(self._pm.hook.acc_save_checkpoint(
+            ctx=self.ctx, directory=tmp, models=self._unwrapped_models(),
+            optimizers=[o.optimizer for o in self._optimizers]) or [])
+        rng_name = RNG_FILE.format(rank=self.process_index)
+        ckpt.save_object(ckpt.rng_state(), tmp / rng_name)
+        written.append(rng_name)
+        if self.is_main_process:
+            ckpt.save_object(self._kernel_state(), tmp / KERNEL_STATE)
+            written.append(KERNEL_STATE)
+            for i, obj in enumerate(self._custom_objects):
+                name = CUSTOM_FILE.format(index=i)
+                ckpt.save_object(obj.state_dict(), tmp / name)
+                written.append(name)
+        mine = ckpt.digest_many(tmp, written, sync=True)  # flushed to disk before the directory is published
+        everyone = self.gather_object(mine)
+        if self.is_main_process:
+            files: dict[str, Any] = {}
+            for part in everyone:
+                files.update(part)
+            data = {"format": ckpt.FORMAT, "files": files, "run": self._manifest(),
+                    "step": self.ctx.loop.step}
+            run_manifest.write_json(tmp / ckpt.MANIFEST, data)
+            ckpt.publish(tmp, final)
+            if output_dir is None:
+                self._prune(config)
+        if output_dir is None:
+            config.iteration += 1
+        self.wait_for_everyone()
+        return final
+
+    def _kernel_state(self) -> dict[str, Any]:
+        loaders = []
+        for dl in self._dataloaders:
+            epoch, skip = dl.position()
+            loaders.append({"epoch": epoch, "skip": skip, "seed": dl.seed})
+        return {
+            "step": self.ctx.loop.step,
+            "micro_step": self._micro_step,
+            "schedulers": [s.state_dict() for s in self._schedulers],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "dataloaders": loaders,
+        }
+
+    def _prune(self, config: ckpt.ProjectConfiguration) -> None:
+        if not config.total_limit:
+            return
+        complete = ckpt.automatic_checkpoints(config.checkpoints_dir)
+        for _, path in complete[: max(0, len(complete) - config.total_limit)]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _manifest(self) -> dict[str, Any]:
+        s = self.settings
+        plugins = {name: (info.distribution, info.version) for name, info in self._assembly.infos.items()}
+        run_dir = os.environ.get(run_manifest.RUN_DIR_ENV)
+        command = None
+        if run_dir and (Path(run_dir) / "manifest.json").is_file():
+            command = json.loads((Path(run_dir) / "manifest.json").read_text()).get("command")
+        world = {"num_processes": self.num_processes, "distributed_type": self.distributed_type}
+        data = run_manifest.build(s, s.sources, plugins, command or sys.argv, world)
+        batch = [{"per_process": dl.batch_size, "global": dl.total_batch_size} for dl in self._dataloaders]
+        data["batch_sizes"] = batch
+        return data
+
+    # ------------------------------------------------------------------ load_state
+    def load_state(self, input_dir: str | os.PathLike | None = None, strict: bool = True) -> Path:
+        """Restore what `save_state` wrote; with no directory, the newest complete automatic checkpoint.
+
+        Every file is checked against the manifest first; nothing in a checkpoint is executed.
+        """
+        if input_dir is None:
+            config = self.project_configuration
+            complete = ckpt.automatic_checkpoints(config.checkpoints_dir)
+            if not complete:
+                raise CheckpointError(f"no complete checkpoint in {config.checkpoints_dir} to load")
+            iteration, directory = complete[-1]
+            config.iteration = iteration + 1
+        else:
+            directory = Path(input_dir)
+        manifest = ckpt.read_manifest(directory)
+        self._warn_about_differences(manifest, directory)
+        others = {RNG_FILE.format(rank=r) for r in range(1024)} - {RNG_FILE.format(rank=self.process_index)}
+        ckpt.verify_ahead(directory, manifest, [n for n in manifest["files"] if n not in others])
+        self._pm.hook.acc_load_checkpoint(ctx=self.ctx, directory=directory, models=self._unwrapped_models(),
+                                          optimizers=[o.optimizer for o in self._optimizers],
+                                          manifest=manifest)
+        state = ckpt.load_object(ckpt.verify(directory, manifest, KERNEL_STATE))
+        self._restore_kernel_state(state, directory)
+        for i, obj in enumerate(self._custom_objects):
+            obj.load_state_dict(ckpt.load_object(ckpt.verify(directory, manifest, CUSTOM_FILE.format(index=i))))
+        rng_name = RNG_FILE.format(rank=self.process_index)
+        saved_world = manifest.get("run", {}).get("processes", {}).get("num_processes")
+        if saved_world == self.num_processes and rng_name in manifest.get("files", {}):
+            ckpt.set_rng_state(ckpt.load_object(ckpt.verify(directory, manifest, rng_name)))
+        self.wait_for_everyone()
+        return directory
+
+    def _restore_kernel_state(self, state: dict[str, Any], directory: Path) -> None:
+        if len(state["schedulers"]) != len(self._schedulers) or len(state["dataloaders"]) != len(self._dataloaders):
+            raise CheckpointError(
+                f"{directory}: holds {len(state['schedulers'])} scheduler(s) and {len(state['dataloaders'])} data "
+                f"loader(s), but {len(self._schedulers)} and {len(self._dataloaders)} are prepared; prepare the "
+                "same objects as when it was saved"
+            )
+        for sched, sd in zip(self._schedulers, state["schedulers"]):
+            sched.load_state_dict(sd)
+        if state["scaler"] is not None and self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        for dl, pos in zip(self._dataloaders, state["dataloaders"]):
+            dl.seed = pos["seed"]
+            dl.set_epoch(pos["epoch"])
+            dl.skip_first_batches(pos["skip"])
+        self.ctx.loop.step = state["step"]
+        self._micro_step = state["micro_step"]
+
+    def _warn_about_differences(self, manifest: dict[str, Any], directory: Path) -> None:
+        run = manifest.get("run", {})
+        saved_world = run.get("processes", {}).get("num_processes")
+        saved_backend = run.get("backend")
+        if saved_world is not None and saved_world != self.num_processes:
+            warnings.warn(f"{directory} was saved by {saved_world} process(es); this run has {self.num_processes}: "
+                          "model and optimizer state are restored, data loaders resume at the saved epoch and "
+                          "batch, RNG states are not restored (each process keeps its current seed)", stacklevel=3)
+        if saved_backend is not None and saved_backend != self.backend:
+            warnings.warn(f"{directory} was saved with backend '{saved_backend}'; this run uses '{self.backend}': "
+                          "the files are read as the current backend writes them", stacklevel=3)
+
+    # ------------------------------------------------------------------ models and objects
+    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's full state dict (gathered from shards where needed), complete on the main process."""
+        inner = self.unwrap_model(model) if unwrap else model
+        return self._pm.hook.acc_model_state_dict(ctx=self.ctx, model=inner)
+
+    def save_model(self, model: Any, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """Write the unwrapped model's weights as safetensors (sharded with an index file when large)."""
+        if not safe_serialization:
+            raise ValueError("acc saves models as safetensors only (safe_serialization=True)")
+        state = self.get_state_dict(model)
+        if self.is_main_process:
+            write_sharded(state, Path(save_directory), parse_size(max_shard_size))
+        self.wait_for_everyone()
+
+    def save(self, obj: Any, path: str | os.PathLike) -> None:
+        """torch.save on the main process only (other processes return at once)."""
+        if self.is_main_process:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            ckpt.save_object(obj, Path(path))
+
+
+def parse_size(size: int | str) -> int:
+    """Bytes from 10GB, 500MB, 100KB or an int."""
+    if isinstance(size, int):
+        return size
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    text = size.strip().upper()
+    for unit, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)
+
+
+def write_sharded(state: dict[str, torch.Tensor], directory: Path, max_bytes: int) -> list[str]:
+    """`model.safetensors`, or `model-0000i-of-0000n.safetensors` + `model.safetensors.index.json`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    if len(shards) == 1:
+        ckpt.save_tensors(shards[0], directory / "model.safetensors")
+        return ["model.safetensors"]
+    names, weight_map = [], {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        ckpt.save_tensors(shard, directory / name)
+        names.append(name)
+        weight_map.update({k: name for k in shard})
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    run_manifest.write_json(directory / "model.safetensors.index.json", {"metadata": {"total_size": total},
+                                                                "weight_map": weight_map})
+    return names

@@ -1,0 +1,249 @@
+"""save_state/load_state on one process: round trip, crash safety, naming, corruption, safety, save_model."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from acc import Accelerator, set_seed
+from acc.checkpoint import CheckpointError, ProjectConfiguration, digest
+
+
+class Counter:
+    def __init__(self):
+        self.count = 0
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+def setup(fresh_pm, tmp_path: Path, **kwargs):
+    set_seed(1)
+    acc = Accelerator(plugin_manager=fresh_pm, **kwargs)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)), torch.arange(40))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    model, opt, sched, loader = acc.prepare(model, opt, sched, loader)
+    counter = Counter()
+    acc.register_for_checkpointing(counter)
+    return acc, model, opt, sched, loader, counter
+
+
+def train(acc, model, opt, sched, loader, counter, steps: int) -> list[list[int]]:
+    seen = []
+    while len(seen) < steps:
+        for x, y, idx in loader:
+            acc.backward(nn.functional.cross_entropy(model(x), y))
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            counter.count += 1
+            seen.append(idx.tolist())
+            if len(seen) == steps:
+                break
+    return seen
+
+
+def state_of(model, opt) -> list[torch.Tensor]:
+    tensors = [p.detach().clone() for p in model.parameters()]
+    for s in opt.state_dict()["state"].values():
+        tensors += [s["exp_avg"].clone(), s["exp_avg_sq"].clone()]
+    return tensors
+
+
+def test_resume_mid_epoch_is_bitwise_identical(fresh_pm, tmp_path):
+    straight = setup(fresh_pm, tmp_path)
+    seen_straight = train(*straight, steps=17)
+    random_after_straight = torch.rand(3)
+    first = setup(fresh_pm, tmp_path)
+    seen_a = train(*first, steps=7)
+    first[0].save_state(tmp_path / "ckpt")
+    second = setup(fresh_pm, tmp_path)
+    torch.manual_seed(12345)  # a different random stream: load_state must restore it
+    second[0].load_state(tmp_path / "ckpt")
+    assert second[5].count == 7 and second[0].step == 7
+    seen_b = train(*second, steps=10)
+    assert torch.equal(torch.rand(3), random_after_straight)  # the random stream continued where it was saved
+    assert seen_a + seen_b == seen_straight
+    assert all(torch.equal(a, b) for a, b in zip(state_of(straight[1], straight[2]), state_of(second[1], second[2])))
+    assert straight[3].get_last_lr() == second[3].get_last_lr()
+
+
+def test_checkpoint_layout_and_manifest(fresh_pm, tmp_path):
+    acc, *_ = setup(fresh_pm, tmp_path)
+    directory = acc.save_state(tmp_path / "c")
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["format"] == "acc-checkpoint/1"
+    assert set(manifest["files"]) == {"model_0.safetensors", "optimizer_0.pt", "kernel_state.pt", "custom_0.pt",
+                                      "rng_state_0.pt"}
+    for name, entry in manifest["files"].items():
+        assert digest(directory / name) == entry
+    run = manifest["run"]
+    assert run["backend"] == "cpu" and run["processes"]["num_processes"] == 1
+    assert run["batch_sizes"] == [{"per_process": 4, "global": 4}]
+    assert "torch" in run["versions"] and "acc-core" in run["versions"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary directory left
+
+
+def test_automatic_naming_keeps_the_newest_and_loads_the_newest(fresh_pm, tmp_path):
+    config = ProjectConfiguration(project_dir=str(tmp_path / "proj"), automatic_checkpoint_naming=True, total_limit=2)
+    acc, model, opt, sched, loader, counter = setup(fresh_pm, tmp_path, project_config=config)
+    for i in range(4):
+        counter.count = i
+        acc.save_state()
+    names = sorted(p.name for p in (tmp_path / "proj" / "checkpoints").iterdir())
+    assert names == ["checkpoint_2", "checkpoint_3"]
+    # an incomplete save (a crash left its temporary directory) is never picked
+    (tmp_path / "proj" / "checkpoints" / ".checkpoint_4.tmp-dead").mkdir()
+    (tmp_path / "proj" / "checkpoints" / "checkpoint_9").mkdir()  # no manifest: not complete
+    config2 = ProjectConfiguration(project_dir=str(tmp_path / "proj"), automatic_checkpoint_naming=True)
+    acc2, _, _, _, _, counter2 = setup(fresh_pm, tmp_path, project_config=config2)
+    assert acc2.load_state() == tmp_path / "proj" / "checkpoints" / "checkpoint_3"
+    assert counter2.count == 3 and config2.iteration == 4
+
+
+def test_register_for_checkpointing_needs_state_dict(fresh_pm, tmp_path):
+    acc, *_ = setup(fresh_pm, tmp_path)
+    with pytest.raises(TypeError, match=r"object\(s\) #1 \(int\) lack state_dict\(\) and load_state_dict\(\)"):
+        acc.register_for_checkpointing(Counter(), 5)
+
+
+def saved(fresh_pm, tmp_path) -> tuple[Path, tuple]:
+    objs = setup(fresh_pm, tmp_path)
+    return objs[0].save_state(tmp_path / "c"), objs
+
+
+def test_truncated_file_is_refused_naming_it(fresh_pm, tmp_path):
+    directory, objs = saved(fresh_pm, tmp_path)
+    path = directory / "optimizer_0.pt"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"optimizer_0.pt: truncated or altered: 100 bytes, the manifest says"):
+        objs[0].load_state(directory)
+
+
+def test_corrupt_file_is_refused_naming_it(fresh_pm, tmp_path):
+    directory, objs = saved(fresh_pm, tmp_path)
+    path = directory / "model_0.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model_0.safetensors: corrupt: its sha256 differs"):
+        objs[0].load_state(directory)
+
+
+def test_directory_without_manifest_is_not_a_checkpoint(fresh_pm, tmp_path):
+    directory, objs = saved(fresh_pm, tmp_path)
+    (directory / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="is not a complete acc checkpoint: it has no manifest.json"):
+        objs[0].load_state(directory)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        objs[0].load_state(tmp_path / "nowhere")
+
+
+def _rewrite(directory: Path, name: str, data: bytes) -> None:
+    (directory / name).write_bytes(data)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["files"][name] = digest(directory / name)
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+class Evil:
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(EVIL_MARK),))
+
+
+EVIL_MARK = ""
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(fresh_pm, tmp_path):
+    global EVIL_MARK
+    EVIL_MARK = str(tmp_path / "pwned")
+    directory, objs = saved(fresh_pm, tmp_path)
+    _rewrite(directory, "optimizer_0.pt", pickle.dumps({"state": Evil()}))  # manifest updated: checksums pass
+    with pytest.raises(CheckpointError, match="optimizer_0.pt: refused: the file holds Python objects"):
+        objs[0].load_state(directory)
+    assert not (tmp_path / "pwned").exists()
+    pickle.loads(pickle.dumps(Evil()))  # control: plain unpickling would have run it
+    assert (tmp_path / "pwned").exists()
+
+
+def test_a_foreign_file_is_refused(fresh_pm, tmp_path):
+    directory, objs = saved(fresh_pm, tmp_path)
+    _rewrite(directory, "model_0.safetensors", b"this is not a safetensors file at all")
+    with pytest.raises(CheckpointError, match="model_0.safetensors: not a readable safetensors file"):
+        objs[0].load_state(directory)
+
+
+def test_a_checkpoint_of_another_model_is_refused(fresh_pm, tmp_path):
+    directory, _ = saved(fresh_pm, tmp_path)
+    acc = Accelerator(plugin_manager=fresh_pm)
+    model = nn.Linear(3, 3)
+    acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(CheckpointError, match="model_0.safetensors: does not fit model #0 \\(Linear\\)"):
+        acc.load_state(directory)
+
+
+def test_world_size_difference_is_warned_about(fresh_pm, tmp_path):
+    directory, objs = saved(fresh_pm, tmp_path)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["run"]["processes"]["num_processes"] = 2
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        objs[0].load_state(directory)
+    assert any("saved by 2 process(es); this run has 1" in str(w.message) and "RNG states are not restored"
+               in str(w.message) for w in caught)
+
+
+def test_save_model_writes_safetensors_that_load_strictly(fresh_pm, tmp_path):
+    acc, model, *_ = setup(fresh_pm, tmp_path)
+    acc.save_model(model, tmp_path / "m")
+    plain = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    plain.load_state_dict(load_file(str(tmp_path / "m" / "model.safetensors")), strict=True)
+    assert torch.equal(plain[0].weight, acc.unwrap_model(model)[0].weight)
+
+
+def test_save_model_shards_with_an_index(fresh_pm, tmp_path):
+    acc = Accelerator(plugin_manager=fresh_pm)
+    model = acc.prepare(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]))
+    acc.save_model(model, tmp_path / "m", max_shard_size="20KB")  # each layer ~16.6 KB
+    index = json.loads((tmp_path / "m" / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) == 4 and shards[0] == "model-00001-of-00004.safetensors"
+    merged = {}
+    for name in shards:
+        merged.update(load_file(str(tmp_path / "m" / name)))
+    fresh = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+    fresh.load_state_dict(merged, strict=True)
+    assert index["metadata"]["total_size"] == sum(t.numel() * 4 for t in merged.values())
+
+
+def test_tied_weights_are_saved_and_reload(fresh_pm, tmp_path):
+    acc = Accelerator(plugin_manager=fresh_pm)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight
+    model = acc.prepare(model)
+    acc.save_model(model, tmp_path / "m")
+    state = load_file(str(tmp_path / "m" / "model.safetensors"))
+    assert torch.equal(state["0.weight"], state["1.weight"])
+
+
+def test_save_writes_on_the_main_process(fresh_pm, tmp_path):
+    acc = Accelerator(plugin_manager=fresh_pm)
+    acc.save({"a": torch.ones(2)}, tmp_path / "x" / "obj.pt")
+    assert torch.equal(torch.load(tmp_path / "x" / "obj.pt", weights_only=True)["a"], torch.ones(2))
