@@ -12,6 +12,7 @@ from .errors import AccError, ConfigError, LaunchError, PluginError, ValidationE
 from .hookspecs import HOOKSPEC_VERSION, hookimpl
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from .launch.plan import LaunchPlan, Rendezvous
+from .logging import get_logger
 from .context import ProcessInfo, RunContext
 from .settings import Setting
 
@@ -39,5 +40,5 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
     "AccError", "Accelerator", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
-    "ProcessInfo", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "hookimpl", "set_seed",
+    "ProcessInfo", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
 ]

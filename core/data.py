@@ -237,6 +237,7 @@ class PreparedDataLoader:
         self._skip = 0
         self._iterating = False
         self._interrupted: tuple[int, int] | None = None
+        self._generation = 0  # which iteration owns the position (an abandoned one must not change it)
         self._on_start, self._on_end = on_start, on_end
         self.num_processes = num_processes
         self.dataset = loader.dataset
@@ -302,10 +303,14 @@ class PreparedDataLoader:
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next iteration produces (optional: epochs count themselves)."""
         self.epoch = epoch
+        self._interrupted = None
+        self._generation += 1  # an iteration still open from before must not move the epoch on
 
     def skip_first_batches(self, count: int) -> None:
         """Make the next iteration start after `count` batches of its epoch (used when resuming)."""
         self._skip = count
+        self._interrupted = None
+        self._generation += 1
 
     def _start_epoch(self) -> None:
         self.generator.manual_seed(self.seed + self.epoch)
@@ -317,6 +322,8 @@ class PreparedDataLoader:
                 set_epoch(self.epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        self._generation += 1
+        generation = self._generation
         self._start_epoch()
         self.end_of_dataloader = False
         skip, self._skip = self._skip, 0
@@ -346,10 +353,11 @@ class PreparedDataLoader:
                 yield ops.send_to_device(current, self.device, non_blocking=self._non_blocking)
                 current = upcoming
         finally:
-            self._iterating = False
-            if not completed:
-                self._interrupted = (self.epoch, self.batches_yielded)
-            self.epoch += 1  # the next iteration is the next epoch, even after an early break
+            if generation == self._generation:
+                self._iterating = False
+                if not completed:
+                    self._interrupted = (self.epoch, self.batches_yielded)
+                self.epoch += 1  # the next iteration is the next epoch, even after an early break
             if self._on_end:
                 self._on_end(self)
 

@@ -54,8 +54,38 @@ def install(on_normal_exit: Callable[[], None]) -> None:
 
         sys.excepthook = excepthook
         atexit.register(_exit_now_if_failed)
+        _install_stack_dumps()
     ref = weakref.WeakMethod(on_normal_exit) if hasattr(on_normal_exit, "__self__") else (lambda: on_normal_exit)
     atexit.register(_normal_exit, ref)
+
+
+def _install_stack_dumps() -> None:
+    """`kill -USR1` prints every thread's Python stack to stderr. Under the elastic agent, SIGTERM (how
+    the agent stops a worker, e.g. one stuck in a collective) also writes them to stacks.log next to the
+    error file, so the launcher's report can say where that worker was."""
+    import faulthandler
+
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+    except (AttributeError, ValueError, OSError):  # no SIGUSR1 (Windows) or stderr without a file descriptor
+        pass
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        try:
+            stacks = open(os.path.join(os.path.dirname(error_file), "stacks.log"), "w")  # noqa: SIM115
+            _state["stacks"] = stacks  # kept open for the life of the process
+            faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
+        except (OSError, ValueError):
+            pass
+
+
+def fail(code: int = 1) -> None:
+    """End this process now with `code`, without waiting for the others at exit (they fail fast once it
+    is gone). For code that detects a failure on one process only."""
+    _state["failed"] = SystemExit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _normal_exit(ref: Callable[[], Callable[[], None] | None]) -> None:

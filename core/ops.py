@@ -167,6 +167,11 @@ def gather(
             )
         sizes = [s[0] for s in per_rank]
         longest = max(sizes)
+        if len(sizes) != num_processes or t.shape[0] > longest:
+            raise RuntimeError(
+                f"gather: the size exchange returned {sizes} for {num_processes} processes, but this process has "
+                f"{t.shape[0]} rows: the backend's all_gather does not return every process's data in order"
+            )
         if longest != t.shape[0]:
             pad = t.new_zeros((longest - t.shape[0], *t.shape[1:]))
             t = torch.cat([t, pad], dim=0)

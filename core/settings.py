@@ -282,6 +282,10 @@ def core_settings() -> list[Setting]:
                 choices=("c10d", "static", "etcd", "etcd-v2")),
         Setting("max_restarts", int, 0, "times the workers are restarted after a failure", ("--max-restarts",),
                 minimum=0),
+        Setting("tee", bool, False, "show every process's output on the console, prefixed [rank N] (default: "
+                "the main process's only)", ("--tee",)),
+        Setting("log_dir", str, None, "keep each process's output in DIR/<run>/attempt_<n>/<local rank>/ "
+                "(default: the run directory's logs/)", ("--log-dir",)),
         Setting("output_dir", str, "acc_runs", "where each launch records its manifest (run configuration, "
                 "versions, command); '' records nothing", ("--output-dir",)),
         Setting("timeout", float, 1800.0, "seconds a collective may wait before the run fails", ("--timeout",),

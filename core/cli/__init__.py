@@ -38,11 +38,13 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
+    from .check import check
     from .env import env
     from .launch import launch
     from .plugins import plugins
 
     cli.add_command(launch)
+    cli.add_command(check)
     cli.add_command(plugins)
     cli.add_command(env)
 

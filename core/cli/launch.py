@@ -101,14 +101,7 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str 
            script_args: tuple[str, ...], **setting_values: Any) -> None:
     from ..launch import orchestrate
 
-    assembly: Assembly = ctx.meta[_META_KEY]
-    flags = {name: v for name, v in setting_values.items() if v is not None and v != ()}
-    chosen = assembly.settings
-    if flags.get("backend", chosen["backend"]) != chosen["backend"] or \
-            list(flags.get("plugins", chosen["plugins"])) != chosen["plugins"]:
-        assembly = assemble(flags=flags, config_file=config_file)  # the peek missed a choice: start over
-    else:
-        assembly = assembly.with_flags(flags)
+    assembly = resolved_assembly(ctx, setting_values, config_file)
     target = Target(script, tuple(script_args), is_module)
     plan = orchestrate.make_plan(assembly)
     orchestrate.check_target(target)
@@ -119,8 +112,20 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str 
     run_dir = orchestrate.record_run(assembly, plan, target)
     if run_dir is not None:
         env["ACC_RUN_DIR"] = str(run_dir.resolve())
+    env.update(orchestrate.logging_environment(assembly, run_dir))
     code = orchestrate.execute(plan, target, env)
     ctx.exit(code)
+
+
+def resolved_assembly(ctx: click.Context, setting_values: dict[str, Any], config_file: str | None) -> Assembly:
+    """The assembly with every parsed flag applied (a LaunchCommand's callback calls this first)."""
+    assembly: Assembly = ctx.meta[_META_KEY]
+    flags = {name: v for name, v in setting_values.items() if v is not None and v != ()}
+    chosen = assembly.settings
+    if flags.get("backend", chosen["backend"]) != chosen["backend"] or \
+            list(flags.get("plugins", chosen["plugins"])) != chosen["plugins"]:
+        return assemble(flags=flags, config_file=config_file)  # the peek missed a choice: start over
+    return assembly.with_flags(flags)
 
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:

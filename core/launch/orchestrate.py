@@ -66,7 +66,27 @@ def make_plan(assembly: Assembly) -> LaunchPlan:
     problems = plan.problems()
     if problems:
         raise LaunchError(f"backend '{backend}' returned a malformed launch plan: " + "; ".join(problems))
+    check_port(plan, assembly.settings)
     return plan
+
+
+def check_port(plan: LaunchPlan, settings: Mapping) -> None:
+    """On the main machine, a port the user chose must be free (the agent would fail obscurely)."""
+    import socket
+
+    port = settings["main_process_port"]
+    if plan.rendezvous is None or port is None or plan.machine_rank != 0:
+        return
+    host = (plan.rendezvous.endpoint or "").rsplit(":", 1)[0] or "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("" if host not in ("127.0.0.1", "localhost") else host, port))
+        except OSError as exc:
+            raise LaunchError(
+                f"port {port} (from {settings.source('main_process_port')}) is already in use on this machine "
+                f"({exc.strerror}); choose a free --main-process-port, or on one machine leave it out and a free "
+                "port is picked"
+            ) from None
 
 
 def check_target(target: Target, cwd: Path | None = None) -> None:
@@ -127,9 +147,22 @@ def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | N
     return directory
 
 
-def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str]) -> int:
-    """Run the plan with the kernel's executor for its engine; returns the exit code."""
+def logging_environment(assembly: Assembly, run_dir: Path | None) -> dict[str, str]:
+    """Where the executor keeps per-process logs, and whether it tees them (ACC_LOG_DIR, ACC_TEE)."""
+    s = assembly.settings
+    log_dir = s["log_dir"] or (str((run_dir / "logs").resolve()) if run_dir is not None else "")
+    env = {"ACC_TEE": "1" if s["tee"] else "0"}
+    if log_dir:
+        env["ACC_LOG_DIR"] = log_dir
+    return env
+
+
+def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: bool = True) -> int:
+    """Run the plan with the kernel's executor for its engine; returns the exit code.
+
+    With `replace` (acc launch), an executor may turn this process into the worker; without it, the
+    caller gets control back to report on the run (acc check)."""
     if plan.engine not in EXECUTORS:
         raise LaunchError(f"no executor for engine '{plan.engine}'; known engines: {', '.join(ENGINES)}")
     module = importlib.import_module(EXECUTORS[plan.engine])
-    return module.execute(plan, target, env)
+    return module.execute(plan, target, env, replace=replace)

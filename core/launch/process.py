@@ -10,9 +10,15 @@ from typing import Mapping
 from .plan import LaunchPlan, Target
 
 
-def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str]) -> int:
-    """Replace this process with `python SCRIPT ARGS` (never returns on success)."""
+def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: bool = True) -> int:
+    """Replace this process with `python SCRIPT ARGS` (never returns), or with `replace=False` run it as a
+    child and return its exit code (for commands that report afterwards, like `acc check`)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    if not replace:
+        import subprocess
+
+        code = subprocess.run(target.argv(sys.executable), env=dict(env)).returncode
+        return code if code >= 0 else 128 - code
     os.execve(sys.executable, target.argv(sys.executable), dict(env))
     return 0  # pragma: no cover  (execve does not return)

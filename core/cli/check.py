@@ -1,0 +1,63 @@
+"""`acc check`: run a small built-in training job on the chosen backend and print a table of checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..launch.plan import Target
+from .launch import LaunchCommand, resolved_assembly
+
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")
+
+
+@click.command(
+    "check", cls=LaunchCommand,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Verify a backend before a real run: start a small training job with the same settings a launch "
+         "would use, and check ranks, devices, batch sizes, loss against a single-process reference, gradient "
+         "agreement, metric gathering and a save/load round-trip. Exits 1 if any check fails.",
+)
+@click.option("--config-file", type=str, default=None, help="A TOML config file used instead of ./acc.toml.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_context
+def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_values: Any) -> None:
+    from ..launch import orchestrate
+
+    assembly = resolved_assembly(ctx, setting_values, config_file)
+    plan = orchestrate.make_plan(assembly)
+    kind = plan.device.split()[0].split(":")[0]
+    out = Path(tempfile.mkdtemp(prefix="acc-check-")) / "results.json"
+    args = ["--out", str(out), "--expected-world", str(plan.world_size)]
+    if kind in DEVICE_TYPES:
+        args += ["--expected-device", kind]
+    env = orchestrate.worker_environment(assembly, plan)
+    env.update(orchestrate.logging_environment(assembly, None))
+    env.pop("ACC_RUN_DIR", None)
+    code = orchestrate.execute(plan, Target("acc.check", tuple(args), is_module=True), env, replace=False)
+    data = json.loads(out.read_text()) if out.is_file() else {"planned": [], "results": []}
+    results, planned = data["results"], data["planned"]
+    done = {r["check"] for r in results}
+    missing = [name for name in planned if name not in done]
+    if as_json:
+        click.echo(json.dumps({"exit_code": code, "checks": results, "not_run": missing}, indent=2))
+    else:
+        click.echo(f"acc check: backend {assembly.settings['backend']}, {plan.world_size} process(es), "
+                   f"mixed precision {assembly.settings['mixed_precision']}")
+        width = max([len(name) for name in planned] + [5])
+        for r in results:
+            click.echo(f"  {'PASS' if r['ok'] else 'FAIL'}  {r['check'].ljust(width)}  {r['measured']}"
+                       + ("" if r["ok"] else f"   (expected {r['expected']})"))
+        for name in missing:
+            click.echo(f"  ----  {name.ljust(width)}  not run")
+        if not planned:
+            click.echo(f"  FAIL  the check job did not start (exit code {code}); see the report above")
+    failed = code != 0 or not planned or bool(missing) or not all(r["ok"] for r in results)
+    if out.is_file():
+        os.unlink(out)
+    ctx.exit(1 if failed else 0)
