@@ -37,7 +37,14 @@ def _data() -> TensorDataset:
 
 
 def _fingerprint(model: nn.Module) -> list[float]:
-    return [float(p.grad.double().sum()) if p.grad is not None else 0.0 for p in model.parameters()]
+    """A number per gradient; a sharded gradient (DTensor) counts whole, so sharding backends compare too."""
+    out = []
+    for p in model.parameters():
+        grad = p.grad
+        if grad is not None and hasattr(grad, "full_tensor"):
+            grad = grad.full_tensor()
+        out.append(float(grad.double().sum()) if grad is not None else 0.0)
+    return out
 
 
 CHECKS = (

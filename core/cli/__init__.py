@@ -41,12 +41,14 @@ def _register_commands() -> None:
     from .check import check
     from .env import env
     from .launch import launch
+    from .merge import merge_weights
     from .plugins import plugins
 
     cli.add_command(launch)
     cli.add_command(check)
     cli.add_command(plugins)
     cli.add_command(env)
+    cli.add_command(merge_weights)
 
 
 _register_commands()

@@ -19,9 +19,17 @@ _PEEK = {"--backend": "backend", "-p": "plugins", "--plugin": "plugins", "--conf
 _META_KEY = "acc.assembly"
 
 
+def _value_flags() -> set[str]:
+    """The kernel's flags that take a value (a backend's own flags are not known before it is loaded)."""
+    from ..settings import core_settings
+
+    return {flag for s in core_settings() if s.kind is not bool for flag in s.flags} | set(_PEEK)
+
+
 def _peek(args: list[str]) -> dict[str, Any]:
     """--backend, -p and --config-file values given before the script (the rest is parsed by click)."""
     found: dict[str, Any] = {}
+    takes_value = _value_flags()
     i = 0
     while i < len(args):
         arg = args[i]
@@ -30,10 +38,10 @@ def _peek(args: list[str]) -> dict[str, Any]:
         name, eq, value = arg.partition("=")
         if name.startswith("-p") and not name.startswith("--") and len(name) > 2:
             name, value, eq = "-p", name[2:], "="
+        if name in takes_value and not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
         if name in _PEEK:
-            if not eq:
-                value = args[i + 1] if i + 1 < len(args) else ""
-                i += 1
             key = _PEEK[name]
             if key == "plugins":
                 found.setdefault(key, []).append(value)

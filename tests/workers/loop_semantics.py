@@ -36,7 +36,7 @@ def main() -> None:
     for x, y in loader:
         with accelerator.accumulate(model):
             accelerator.backward(nn.functional.mse_loss(model(x), y))
-            grads.append([float(p.grad.sum()) for p in model.parameters()])
+            grads.append([float(p.grad.sum()) if p.grad is not None else None for p in model.parameters()])
             syncs.append(accelerator.sync_gradients)
             if args.clip and accelerator.sync_gradients:
                 norms.append(float(accelerator.clip_grad_norm_(model.parameters(), args.clip)))
@@ -45,7 +45,8 @@ def main() -> None:
             opt.zero_grad()
             if accelerator.sync_gradients:
                 lrs.append(sched.get_last_lr()[0])
-    weights = torch.cat([p.detach().flatten() for p in accelerator.unwrap_model(model).parameters()])
+    state = accelerator.get_state_dict(model)  # whole on process 0 even when the backend shards
+    weights = torch.cat([t.detach().flatten().float() for t in state.values()]) if state else torch.zeros(0)
     dump(args.out, accelerator.process_index, {"weights": weights.tolist(), "grads": grads, "syncs": syncs,
                                                "lrs": lrs, "norms": norms, "steps": accelerator.step})
     accelerator.end_training()

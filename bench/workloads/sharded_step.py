@@ -1,0 +1,50 @@
+"""A ~200 MB model (8 x Linear(2500, 2500), AdamW) trained a few steps on the launched backend; prints the
+per-step time and the largest per-rank peak RSS (VmHWM) as one BENCH line on rank 0."""
+
+import json
+import time
+
+import torch
+from torch import nn
+
+from acc import Accelerator
+
+WARMUP, STEPS, WIDTH, LAYERS = 1, 4, 2500, 8
+
+
+def rss_mb(field: str) -> float:
+    """VmHWM (peak) or VmRSS (now) of this process, in MB."""
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
+    params_mb = sum(p.numel() for p in model.parameters()) * 4 / 1e6
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, opt = accelerator.prepare(model, opt)
+    x = torch.randn(8, WIDTH, device=accelerator.device)
+    for i in range(WARMUP + STEPS):
+        if i == WARMUP:
+            accelerator.wait_for_everyone()
+            start = time.perf_counter()
+        loss = model(x).pow(2).mean()
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+    accelerator.wait_for_everyone()
+    per_step = (time.perf_counter() - start) / STEPS
+    peaks = accelerator.gather_object(rss_mb("VmHWM"))
+    ends = accelerator.gather_object(rss_mb("VmRSS"))
+    if accelerator.is_main_process:
+        print("BENCH " + json.dumps({"per_step_s": per_step, "peak_rss_mb": max(peaks), "end_rss_mb": max(ends),
+                                     "params_mb": params_mb}))
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

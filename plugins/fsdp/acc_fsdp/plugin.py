@@ -1,0 +1,337 @@
+"""The fsdp backend's hooks: torch's `fully_shard` (FSDP2) over the kernel's elastic launch and collectives.
+
+Launcher-side hooks are torch-free; torch is imported inside worker hooks only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import acc
+from acc import hardware
+from acc.launch import elastic_plan
+from acc.settings import Setting
+
+ACC_HOOKSPEC_VERSION = 1
+ACC_REQUIRES = ("torch",)
+NAME = "fsdp"
+STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard")
+PIECES = "fsdp_rank{rank}.safetensors"
+GROUPS = "fsdp_optimizer_{index}_groups.pt"
+
+
+@acc.hookimpl
+def acc_add_settings(registry: Any) -> None:
+    registry.add(Setting(
+        "fsdp_wrap", str, None,
+        "what to shard besides the root: transformer_layer=ClassA[,ClassB] (by class name) or min_params=N",
+        ("--fsdp-wrap",),
+    ))
+    registry.add(Setting(
+        "fsdp_strategy", str, "full_shard",
+        "full_shard; shard_grad_op (keep parameters gathered between forward and backward); hybrid_shard "
+        "(shard within a machine, replicate across machines)", ("--fsdp-strategy",), choices=STRATEGIES,
+    ))
+    registry.add(Setting("fsdp_cpu_offload", bool, False, "keep sharded parameters on the CPU between uses",
+                         ("--fsdp-cpu-offload",)))
+
+
+def parse_wrap(value: str | None) -> tuple[str, Any]:
+    """("none", None), ("classes", [names]) or ("min_params", N); ValueError with the valid forms."""
+    if not value:
+        return "none", None
+    kind, _, arg = value.partition("=")
+    if kind == "transformer_layer" and arg:
+        return "classes", [c.strip() for c in arg.split(",") if c.strip()]
+    if kind == "min_params" and arg.isdigit():
+        return "min_params", int(arg)
+    raise ValueError(f"fsdp_wrap {value!r}: expected transformer_layer=ClassName[,ClassName] or min_params=N")
+
+
+@acc.hookimpl
+def acc_validate(settings: Any) -> list[str]:
+    if settings["backend"] != NAME:
+        return []
+    problems = []
+    try:
+        parse_wrap(settings["fsdp_wrap"])
+    except ValueError as exc:
+        problems.append(f"{exc} (from {settings.source('fsdp_wrap')})")
+    if settings["mixed_precision"] == "fp16":
+        problems.append(
+            f"mixed_precision 'fp16' (from {settings.source('mixed_precision')}) is not supported by the fsdp backend "
+            "(it would need a sharded gradient scaler); use 'bf16', which needs no scaling, or 'no'"
+        )
+    if settings["fsdp_strategy"] == "hybrid_shard" and settings["num_machines"] == 1:
+        problems.append("fsdp_strategy 'hybrid_shard' replicates across machines and shards within one, but "
+                        "num_machines is 1; use full_shard on one machine")
+    cuda = hardware.visible_cuda_devices()
+    if cuda and not settings["cpu"] and settings["nproc"] > cuda:
+        problems.append(f"nproc = {settings['nproc']} but only {cuda} CUDA device(s) are visible; fsdp runs one "
+                        f"process per device: use --nproc {cuda}")
+    return problems
+
+
+@acc.hookimpl
+def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
+    cuda = hardware.visible_cuda_devices()
+    device = "cpu (gloo)" if settings["cpu"] or cuda == 0 else f"cuda:<local rank> of {cuda} visible (nccl)"
+    notes = [f"sharding: {settings['fsdp_strategy']}, wrap: {settings['fsdp_wrap'] or 'root only'}"
+             + (", parameters offloaded to CPU" if settings["fsdp_cpu_offload"] else "")]
+    return elastic_plan(settings, device=device, notes=notes)
+
+
+@acc.hookimpl
+def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
+    import dataclasses
+
+    from acc import distributed
+
+    info = distributed.init_process_group(ctx, NAME, "auto", distributed_type="fsdp")
+    # bf16 is applied by FSDP's mixed-precision policy (parameters cast per shard, reductions in fp32)
+    return dataclasses.replace(info, native_precision=ctx.settings["mixed_precision"] == "bf16")
+
+
+@acc.hookimpl
+def acc_teardown(ctx: acc.RunContext) -> None:
+    from acc import distributed
+
+    distributed.destroy_process_group(ctx.settings["timeout"])
+
+
+def _mesh(ctx: acc.RunContext) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = ctx.backend_state.get("mesh")
+    if mesh is None:
+        world, kind = ctx.num_processes, ctx.device.type
+        if ctx.settings["fsdp_strategy"] == "hybrid_shard":
+            machines = ctx.settings["num_machines"]
+            mesh = init_device_mesh(kind, (machines, world // machines), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh(kind, (world,), mesh_dim_names=("shard",))
+        ctx.backend_state["mesh"] = mesh
+    return mesh
+
+
+def _shard(ctx: acc.RunContext, model: Any) -> None:
+    """Apply fully_shard to the submodules the wrap policy names (bottom-up), then to the root."""
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    kwargs: dict[str, Any] = {"mesh": _mesh(ctx),
+                              "reshard_after_forward": ctx.settings["fsdp_strategy"] != "shard_grad_op"}
+    root_kwargs = dict(kwargs)
+    if ctx.settings["mixed_precision"] == "bf16":
+        # inner units compute and hand on bf16; the root hands the user float32 outputs
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        root_kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                                        output_dtype=torch.float32)
+    if ctx.settings["fsdp_cpu_offload"]:
+        kwargs["offload_policy"] = root_kwargs["offload_policy"] = CPUOffloadPolicy()
+    kind, arg = parse_wrap(ctx.settings["fsdp_wrap"])
+    if kind == "classes":
+        found = {type(m).__name__ for m in model.modules()}
+        unknown = [c for c in arg if c not in found]
+        if unknown:
+            raise acc.AccError(f"fsdp_wrap names class(es) {', '.join(unknown)}, which the model does not contain; "
+                               f"its module classes are: {', '.join(sorted(found))}")
+        targets = [m for m in model.modules() if type(m).__name__ in arg and m is not model]
+    elif kind == "min_params":
+        targets, pending = [], {}
+        for name, module in reversed(list(model.named_modules())):  # children before parents
+            own = sum(p.numel() for p in module.parameters(recurse=False))
+            pending[name] = own + sum(pending.pop(f"{name}.{c}" if name else c, 0) for c, _ in module.named_children())
+            if module is not model and pending[name] >= arg:
+                targets.append(module)
+                pending[name] = 0
+    else:
+        targets = []
+    for module in targets:
+        fully_shard(module, **kwargs)
+    fully_shard(model, **root_kwargs)
+
+
+@acc.hookimpl
+def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list, list]:
+    from torch.distributed.fsdp import FSDPModule
+
+    known = ctx.backend_state.setdefault("optimizers", [])
+    known.extend(o for o in optimizers if o not in known)
+    for model in models:
+        if isinstance(model, FSDPModule):
+            continue
+        before = {id(p): name for name, p in model.named_parameters()}
+        for opt in known:  # the optimizer must be built on the sharded parameters: rebind it, before any step
+            if any(id(p) in before for g in opt.param_groups for p in g["params"]) and opt.state:
+                raise acc.AccError(
+                    f"an optimizer ({type(opt).__name__}) already has state for this model's parameters; fsdp "
+                    "replaces the parameters when it shards, so prepare the model and optimizer before the first "
+                    "optimizer step (e.g. model, optimizer = accelerator.prepare(model, optimizer))"
+                )
+        _shard(ctx, model)
+        after = dict(model.named_parameters())
+        for opt in known:
+            for group in opt.param_groups:
+                group["params"] = [after[before[id(p)]] if id(p) in before else p for p in group["params"]]
+        ctx.backend_state.setdefault("models", []).append(model)
+    return list(models), list(optimizers)
+
+
+@acc.hookimpl
+def acc_no_sync(ctx: acc.RunContext, model: Any) -> Any:
+    return _without_gradient_sync(model)
+
+
+@contextlib.contextmanager
+def _without_gradient_sync(model: Any) -> Iterator[None]:
+    setter = getattr(model, "set_requires_gradient_sync", None)
+    if setter is None:
+        yield
+        return
+    setter(False)
+    try:
+        yield
+    finally:
+        setter(True)
+
+
+@acc.hookimpl
+def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, norm_type=norm_type)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()  # the norm over every shard
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return total
+
+
+# ------------------------------------------------------------------------------ collectives: torch.distributed
+
+
+@acc.hookimpl
+def acc_all_reduce(ctx: acc.RunContext, tensor: Any, op: str) -> Any:
+    from acc import distributed
+
+    return distributed.all_reduce(tensor, op)
+
+
+@acc.hookimpl
+def acc_all_gather(ctx: acc.RunContext, tensor: Any) -> Any:
+    from acc import distributed
+
+    return distributed.all_gather(tensor)
+
+
+@acc.hookimpl
+def acc_gather_object(ctx: acc.RunContext, obj: Any) -> list:
+    from acc import distributed
+
+    return distributed.gather_object(obj)
+
+
+@acc.hookimpl
+def acc_broadcast(ctx: acc.RunContext, tensor: Any, src: int) -> Any:
+    from acc import distributed
+
+    return distributed.broadcast(tensor, src)
+
+
+@acc.hookimpl
+def acc_broadcast_object(ctx: acc.RunContext, obj: Any, src: int) -> list:
+    from acc import distributed
+
+    return distributed.broadcast_object(obj, src)
+
+
+@acc.hookimpl
+def acc_barrier(ctx: acc.RunContext) -> bool:
+    from acc import distributed
+
+    return distributed.barrier()
+
+
+# ------------------------------------------------------------------------------ checkpoints: pieces per rank
+
+
+@acc.hookimpl
+def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
+    from acc import checkpoint as ckpt
+    from acc.sharded import save_pieces
+
+    tensors = {}
+    for i, model in enumerate(models):
+        tensors.update({f"model.{i}.{k}": v for k, v in model.state_dict().items()})
+    written = []
+    for i, opt in enumerate(optimizers):
+        state = opt.state_dict()
+        for index, entries in state["state"].items():
+            tensors.update({f"optim.{i}.{index}.{k}": v for k, v in entries.items() if hasattr(v, "shape")})
+        if ctx.process_index == 0:
+            extras = {"param_groups": state["param_groups"],
+                      "scalars": {str(index): {k: v for k, v in entries.items() if not hasattr(v, "shape")}
+                                  for index, entries in state["state"].items()}}
+            ckpt.save_object(extras, directory / GROUPS.format(index=i))
+            written.append(GROUPS.format(index=i))
+    name = PIECES.format(rank=ctx.process_index)
+    save_pieces(tensors, directory / name)
+    return [name, *written]
+
+
+def _local(full: Any, like: Any) -> Any:
+    """`full` laid out like `like` (a DTensor gets this process's shard, without communication)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(like, DTensor):
+        return distribute_tensor(full.to(like.device, like.dtype), like.device_mesh, like.placements,
+                                 src_data_rank=None)
+    return full.to(like.device) if hasattr(like, "device") else full
+
+
+@acc.hookimpl
+def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
+    import re
+
+    from acc import checkpoint as ckpt
+    from acc.sharded import ShardedReader
+
+    names = sorted(n for n in manifest.get("files", {}) if re.fullmatch(r"fsdp_rank\d+\.safetensors", n))
+    if not names:
+        raise ckpt.CheckpointError(f"{directory}: holds no fsdp piece files (fsdp_rank<N>.safetensors); was it saved "
+                                   f"by another backend ({manifest.get('run', {}).get('backend')})?")
+    reader = ShardedReader([ckpt.verify(directory, manifest, n) for n in names])
+    for i, model in enumerate(models):
+        current = model.state_dict()
+        missing = [k for k in current if f"model.{i}.{k}" not in reader.index]
+        if missing:
+            raise ckpt.CheckpointError(f"{directory}: model #{i} has {len(missing)} tensor(s) the checkpoint lacks, "
+                                       f"e.g. {', '.join(missing[:3])}")
+        model.load_state_dict({k: _local(reader.full(f"model.{i}.{k}"), v) for k, v in current.items()}, strict=True)
+    for i, opt in enumerate(optimizers):
+        extras = ckpt.load_object(ckpt.verify(directory, manifest, GROUPS.format(index=i)))
+        params = [p for g in opt.param_groups for p in g["params"]]
+        state: dict[int, dict] = {}
+        for index_text, scalars in extras["scalars"].items():
+            state[int(index_text)] = dict(scalars)
+        prefix = f"optim.{i}."
+        for name in reader.names():
+            if name.startswith(prefix):
+                index_text, key = name[len(prefix):].split(".", 1)
+                index = int(index_text)
+                like = params[index] if key not in ("step",) else None
+                full = reader.full(name)
+                state.setdefault(index, {})[key] = _local(full, like) if like is not None else full
+        opt.load_state_dict({"state": state, "param_groups": extras["param_groups"]})
+    return True
+
+
+@acc.hookimpl
+def acc_model_state_dict(ctx: acc.RunContext, model: Any) -> dict:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    # gathered shard by shard to the main process (on CPU); the other processes get an empty dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

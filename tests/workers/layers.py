@@ -1,0 +1,84 @@
+"""A 3-layer model trained with Adam on fixed data; works unchanged on cpu, ddp, fsdp and deepspeed.
+
+    acc launch ... layers.py --out DIR --steps 20 [--save CKPT] [--load CKPT] [--eval-only] [--save-model DIR]
+Each rank writes losses, its local parameter count, the total count and (with --eval-only) an eval loss.
+"""
+
+import argparse
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from common import dump
+from acc import Accelerator, set_seed
+
+
+class Block(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x))
+
+
+def build() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), Block(32), Block(32), nn.Linear(32, 4))
+
+
+def local_numel(p: torch.Tensor) -> int:
+    return p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--save")
+    p.add_argument("--load")
+    p.add_argument("--eval-only", action="store_true")
+    p.add_argument("--save-model")
+    args = p.parse_args()
+
+    accelerator = Accelerator()
+    set_seed(0)
+    g = torch.Generator().manual_seed(11)
+    data = TensorDataset(torch.randn(96, 16, generator=g), torch.randn(96, 4, generator=g))
+    evaluation = TensorDataset(torch.randn(40, 16, generator=g), torch.randn(40, 4, generator=g))
+    model = build()
+    total = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True)
+    eval_loader = DataLoader(evaluation, batch_size=4)
+    model, opt, loader, eval_loader = accelerator.prepare(model, opt, loader, eval_loader)
+    if args.load:
+        accelerator.load_state(args.load)
+    losses = []
+    while not args.eval_only and len(losses) < args.steps:
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            losses.append(accelerator.reduce(loss.detach(), "mean").item())
+            if len(losses) == args.steps:
+                break
+    if args.save:
+        accelerator.save_state(args.save)
+    with torch.no_grad():
+        errors = [accelerator.gather_for_metrics(((model(x) - y) ** 2).mean(dim=1)) for x, y in eval_loader]
+    eval_loss = torch.cat(errors).mean().item()
+    if args.save_model:
+        accelerator.save_model(model, args.save_model)
+    dump(args.out, accelerator.process_index, {
+        "losses": losses, "eval_loss": eval_loss, "total_params": total,
+        "local_params": sum(local_numel(p) for p in model.parameters()), "world": accelerator.num_processes,
+        "distributed_type": accelerator.distributed_type,
+    })
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
