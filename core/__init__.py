@@ -19,6 +19,8 @@ from .settings import Setting
 _LAZY = {
     "Accelerator": ("accelerator", "Accelerator"),
     "set_seed": ("seed", "set_seed"),
+    **{name: ("big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
+                                              "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
 }
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -90,6 +90,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._steppers: list[BackendStepper] = []
+        self._prepared_for: dict[int, AcceleratedOptimizer] = {}
         self._custom_objects: list[Any] = []
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
@@ -199,8 +200,9 @@ class Accelerator(CollectivesMixin, SavingMixin):
     def prepare(self, *objects: Any, device_placement: list[bool] | None = None) -> Any:
         """Prepare models, optimizers, data loaders and LR schedulers for this backend; returned in order.
 
-        Anything else is returned unchanged. Models and optimizers of one call are wrapped together (a
-        sharding backend rebinds optimizers to sharded parameters), then schedulers, then loaders.
+        Anything else is returned unchanged. Data loaders come first (a backend may need their batch size),
+        then models and optimizers of the call together (a sharding backend rebinds optimizers to sharded
+        parameters), then schedulers.
         """
         if device_placement is not None and len(device_placement) != len(objects):
             raise ValueError(f"device_placement has {len(device_placement)} entries for {len(objects)} objects")
@@ -211,6 +213,9 @@ class Accelerator(CollectivesMixin, SavingMixin):
         for i in opt_idx:
             if isinstance(objects[i], AcceleratedOptimizer):
                 raise ValueError(f"object #{i} is an optimizer that was already prepared; prepare each object once")
+        for i, obj in enumerate(objects):
+            if isinstance(obj, torch.utils.data.DataLoader):
+                result[i] = self.prepare_data_loader(obj, device_placement=placement[i])
         if model_idx or opt_idx:
             models = []
             for i in model_idx:
@@ -231,14 +236,10 @@ class Accelerator(CollectivesMixin, SavingMixin):
                     _move_optimizer_state(new, self.device)
                 result[i] = AcceleratedOptimizer(new, self._step_function(new), self.ctx.loop)
                 self._optimizers.append(result[i])
-                for obj in objects:  # schedulers built on the old optimizer follow the new one
-                    if isinstance(obj, _SCHEDULER_TYPES) and obj.optimizer is old and new is not old:
-                        obj.optimizer = new
+                self._prepared_for[id(old)] = result[i]  # a scheduler built on the user's optimizer finds it
         for i, obj in enumerate(objects):
             if isinstance(obj, _SCHEDULER_TYPES):
                 result[i] = self.prepare_scheduler(obj)
-            elif isinstance(obj, torch.utils.data.DataLoader):
-                result[i] = self.prepare_data_loader(obj, device_placement=placement[i])
         return result[0] if len(result) == 1 else tuple(result)
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
@@ -249,6 +250,8 @@ class Accelerator(CollectivesMixin, SavingMixin):
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         owners = [o for o in self._optimizers if scheduler.optimizer in (o, o.optimizer)]
+        if not owners and id(scheduler.optimizer) in self._prepared_for:
+            owners = [self._prepared_for[id(scheduler.optimizer)]]
         if not owners:
             raise ValueError("prepare the scheduler's optimizer first (or in the same prepare call)")
         prepared = AcceleratedScheduler(scheduler, owners, self.ctx.loop)
@@ -272,6 +275,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
             on_end=lambda dl: self.ctx.loop.active_loaders.remove(dl) if dl in self.ctx.loop.active_loaders else None,
         )
         self._dataloaders.append(prepared)
+        self.ctx.dataloaders.append(prepared)
         return self._pm.hook.acc_wrap_dataloader(ctx=self.ctx, loader=prepared)
 
     # ------------------------------------------------------------------ training step

@@ -52,7 +52,8 @@ class RunContext:
     """Handed to every worker-side hook.
 
     `settings` are the resolved settings; `process` is filled from `acc_setup`'s answer; `backend_state`
-    is the chosen backend's private scratch space (process groups, engines, kwargs).
+    is the chosen backend's private scratch space (process groups, engines, kwargs); `dataloaders` are the
+    prepared loaders (a backend may need the per-process batch size: `ctx.dataloaders[0].per_process_batch_size`).
     """
 
     settings: ResolvedSettings
@@ -61,6 +62,7 @@ class RunContext:
     loop: LoopState = field(default_factory=LoopState)
     backend_state: dict[str, Any] = field(default_factory=dict)
     kwargs_handlers: list[Any] = field(default_factory=list)
+    dataloaders: list[Any] = field(default_factory=list)  # the prepared loaders, in prepare order
 
     def handler(self, cls: type) -> Any:
         """The user's kwargs handler of type `cls` (e.g. DistributedDataParallelKwargs), or None."""

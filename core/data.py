@@ -249,6 +249,7 @@ class PreparedDataLoader:
                                               drop_last)
             self._loader: Any = self._shard
             self.total_batch_size = (loader.batch_size or 1) * (1 if split_batches else num_processes)
+            self.per_process_batch_size = (loader.batch_size or 1) // (num_processes if split_batches else 1)
             return
         batch_sampler = loader.batch_sampler
         if batch_sampler is None:  # batch_size=None: the dataset yields ready batches
@@ -270,6 +271,7 @@ class PreparedDataLoader:
                                   **_loader_kwargs(loader))
         per = getattr(batch_sampler, "batch_size", None) or loader.batch_size or 1
         self.total_batch_size = per if split_batches else per * num_processes
+        self.per_process_batch_size = per // num_processes if split_batches else per
 
     # -- state the kernel reads
     @property

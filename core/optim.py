@@ -26,7 +26,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._step_fn = step_fn
         self._loop = loop
         self.step_was_skipped = False
-        self.defaults = optimizer.defaults
+        self.defaults = getattr(optimizer, "defaults", {})
 
     @property
     def param_groups(self) -> list[dict]:  # type: ignore[override]

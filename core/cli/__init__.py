@@ -40,6 +40,7 @@ def cli() -> None:
 def _register_commands() -> None:
     from .check import check
     from .env import env
+    from .estimate import estimate_memory
     from .launch import launch
     from .merge import merge_weights
     from .plugins import plugins
@@ -48,6 +49,7 @@ def _register_commands() -> None:
     cli.add_command(check)
     cli.add_command(plugins)
     cli.add_command(env)
+    cli.add_command(estimate_memory)
     cli.add_command(merge_weights)
 
 

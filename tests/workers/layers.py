@@ -28,7 +28,12 @@ def build() -> nn.Module:
 
 
 def local_numel(p: torch.Tensor) -> int:
-    return p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+    """Elements this process stores: a DTensor's local shard (fsdp), a ZeRO-3 partition, else everything."""
+    if hasattr(p, "to_local"):
+        return p.to_local().numel()
+    if hasattr(p, "ds_tensor"):
+        return p.ds_tensor.numel()
+    return p.numel()
 
 
 def main() -> None:
@@ -40,6 +45,7 @@ def main() -> None:
     p.add_argument("--load")
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--save-model")
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     args = p.parse_args()
 
     accelerator = Accelerator()
@@ -49,7 +55,8 @@ def main() -> None:
     evaluation = TensorDataset(torch.randn(40, 16, generator=g), torch.randn(40, 4, generator=g))
     model = build()
     total = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    opt = (torch.optim.Adam(model.parameters(), lr=0.01) if args.optimizer == "adam"
+           else torch.optim.SGD(model.parameters(), lr=0.05))
     loader = DataLoader(data, batch_size=args.batch, shuffle=True)
     eval_loader = DataLoader(evaluation, batch_size=4)
     model, opt, loader, eval_loader = accelerator.prepare(model, opt, loader, eval_loader)

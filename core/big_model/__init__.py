@@ -1,0 +1,44 @@
+"""Big-model inference: build without memory, plan placement, load memory-mapped, run across devices.
+
+    from acc.big_model import init_empty_weights, load_checkpoint_and_dispatch
+
+    with init_empty_weights():
+        model = MyModel(config)                      # parameters on the meta device: nothing allocated
+    model = load_checkpoint_and_dispatch(model, "ckpt_dir", device_map="auto",
+                                         max_memory={0: "20GiB", "cpu": "60GiB"}, offload_folder="offload",
+                                         no_split_module_classes=["Block"])
+
+Names and arguments follow Accelerate's, so code written for it keeps working. A device map maps
+module (or tensor) names to a GPU index, "cpu" or "disk"; the longest matching name wins. Modules
+placed on "cpu" while a GPU computes, and modules placed on "disk", keep their weights off the
+execution device: a forward pre-hook loads them just in time and a forward hook releases them.
+"""
+
+from __future__ import annotations
+
+from .dispatch import (
+    cpu_offload,
+    disk_offload,
+    dispatch_model,
+    load_checkpoint_and_dispatch,
+    load_checkpoint_in_model,
+    remove_hooks,
+)
+from .empty import init_empty_weights, init_on_device
+from .files import read_safetensors_index
+from .planner import (
+    DeviceMap,
+    DeviceMapError,
+    check_device_map,
+    get_balanced_memory,
+    get_max_memory,
+    infer_auto_device_map,
+)
+from .sizes import compute_module_sizes, largest_unit, parse_memory
+
+__all__ = [
+    "DeviceMap", "DeviceMapError", "check_device_map", "compute_module_sizes", "cpu_offload", "disk_offload",
+    "dispatch_model", "get_balanced_memory", "get_max_memory", "infer_auto_device_map", "init_empty_weights",
+    "init_on_device", "largest_unit", "load_checkpoint_and_dispatch", "load_checkpoint_in_model", "parse_memory",
+    "read_safetensors_index", "remove_hooks",
+]

@@ -1,0 +1,375 @@
+"""Loading a checkpoint onto a device map, and the hooks that run a model spread over devices."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from ..checkpoint import CheckpointError
+from ..errors import AccError
+from .files import OffloadFolder, TensorRecord, open_checkpoint
+from .planner import (DeviceMapError, check_device_map, execution_device, get_balanced_memory,
+                      infer_auto_device_map, lookup)
+from .sizes import ModelTensors, _as_dtype
+
+_OFFLOADED = "_acc_offloaded"  # model.__dict__: canonical tensor name -> where an offloaded tensor is kept
+_HOOKS = "_acc_hooks"
+Source = torch.Tensor | TensorRecord
+
+
+def _device(place: Any) -> torch.device:
+    return torch.device("cuda", place) if isinstance(place, int) else torch.device(place)
+
+
+def _slot(model: nn.Module, name: str) -> tuple[nn.Module, str, bool]:
+    prefix, _, attr = name.rpartition(".")
+    module = model.get_submodule(prefix)
+    return module, attr, attr in module._parameters
+
+
+def _get(model: nn.Module, name: str) -> torch.Tensor:
+    module, attr, is_param = _slot(model, name)
+    return module._parameters[attr] if is_param else module._buffers[attr]
+
+
+def _set(model: nn.Module, names: list[str], value: torch.Tensor) -> None:
+    """Put one tensor under all its (tied) names; parameters stay parameters."""
+    old = _get(model, names[0])
+    if isinstance(old, nn.Parameter) and not isinstance(value, nn.Parameter):
+        value = nn.Parameter(value, requires_grad=old.requires_grad)
+    for name in names:
+        module, attr, is_param = _slot(model, name)
+        (module._parameters if is_param else module._buffers)[attr] = value
+
+
+def _meta(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.empty(tensor.shape, dtype=dtype or tensor.dtype, device="meta")
+
+
+def _check_devices(device_map: dict[str, Any], main: torch.device) -> None:
+    places = set(device_map.values()) | ({main.index or 0} if main.type == "cuda" else set())
+    gpus = sorted(p for p in places if isinstance(p, int))
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus and gpus[-1] >= count:
+        raise DeviceMapError(f"the device map uses GPU {gpus[-1]}, but this process sees {count} CUDA device(s); "
+                             "place those modules on 'cpu' or 'disk', or pass max_memory without that GPU")
+    if ("mps" in places or main.type == "mps") and not torch.backends.mps.is_available():
+        raise DeviceMapError("the device map uses 'mps', which is not available in this process")
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def _check_keys(model: nn.Module, tensors: ModelTensors, records: dict[str, TensorRecord], strict: bool,
+                where: str) -> None:
+    missing, loose = [], []
+    for names in tensors.groups:
+        if any(n in records for n in names):
+            continue
+        if _get(model, names[0]).is_meta:
+            missing.append(names[0])
+        elif tensors.persistent[names[0]]:
+            loose.append(names[0])
+    unexpected = [k for k in records if k not in tensors.ids]
+    for names in tensors.groups:
+        record = next((records[n] for n in names if n in records), None)
+        if record is not None and tuple(_get(model, names[0]).shape) != record.shape:
+            raise CheckpointError(f"{where}: '{names[0]}' has shape {list(record.shape)} in the checkpoint, but "
+                                  f"{list(_get(model, names[0]).shape)} in the model (another configuration?)")
+    hint = _prefix_hint(missing + loose, unexpected)
+    if missing or (strict and (loose or unexpected)):
+        problems = []
+        if missing or loose:
+            problems.append(f"{len(missing + loose)} tensor(s) of the model are not in it, e.g. {(missing + loose)[:5]}")
+        if unexpected and (strict or hint):
+            problems.append(f"{len(unexpected)} of its tensor(s) are not in the model, e.g. {unexpected[:5]}")
+        raise CheckpointError(f"{where} does not match {type(model).__name__}: {'; '.join(problems)}{hint}")
+    if loose or unexpected:
+        warnings.warn(f"{where}: {len(loose)} tensor(s) of the model are not in the checkpoint and keep their "
+                      f"values (e.g. {loose[:3]}); {len(unexpected)} checkpoint tensor(s) are not in the model and are "
+                      f"ignored (e.g. {unexpected[:3]}){hint}; pass strict=True to make this an error", stacklevel=3)
+
+
+def _prefix_hint(missing: list[str], unexpected: list[str]) -> str:
+    for m in missing[:20]:
+        for u in unexpected:
+            if u.endswith("." + m):
+                return f" (the checkpoint's names start with '{u[: -len(m)]}', which the model's lack)"
+            if m.endswith("." + u):
+                return f" (the model's names start with '{m[: -len(u)]}', which the checkpoint's lack)"
+    return ""
+
+
+def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_map: dict[str, Any] | None = None,
+                             offload_folder: str | Path | None = None, dtype: torch.dtype | str | None = None,
+                             offload_state_dict: bool = False, offload_buffers: bool = False,
+                             strict: bool = False) -> None:
+    """Load a safetensors checkpoint into `model`, tensor by tensor, each straight onto its device.
+
+    Tensors mapped to "disk" are not read: they stay on the meta device and are later read from the
+    checkpoint itself, or, when `dtype` changes them, from a converted copy in `offload_folder`.
+    Missing tensors of a meta model and shape mismatches are errors; other mismatches warn unless
+    `strict`. (`offload_state_dict` is accepted for compatibility: loading never holds the whole state.)
+    """
+    tensors = ModelTensors.of(model)
+    device_map = check_device_map(model, device_map or {"": "cpu"}, tensors)
+    _check_devices(device_map, torch.device("cpu"))
+    dtype = _as_dtype(dtype)
+    records = open_checkpoint(checkpoint)
+    _check_keys(model, tensors, records, strict, f"checkpoint {checkpoint}")
+    if "disk" in device_map.values() and offload_folder is None:
+        raise DeviceMapError(f"the device map offloads {[k for k, v in device_map.items() if v == 'disk'][:5]} to "
+                             "disk: pass offload_folder=... (a directory for offloaded weights)")
+    folder = None
+    offloaded: dict[str, Source] = model.__dict__.setdefault(_OFFLOADED, {})
+    for names in tensors.groups:
+        record = next((records[n] for n in names if n in records), None)
+        if record is None:
+            continue
+        current = _get(model, names[0])
+        target = dtype if dtype is not None and current.is_floating_point() else current.dtype
+        place = lookup(device_map, names[0])
+        if place == "disk" and (tensors.is_param[names[0]] or offload_buffers):
+            if record.dtype != target:
+                folder = folder or OffloadFolder(offload_folder)  # type: ignore[arg-type]
+                record = folder.write(names[0], record.read().to(target))
+            offloaded[names[0]] = record
+            _set(model, names, _meta(current, target))
+        else:
+            offloaded.pop(names[0], None)
+            value = record.read().to(target)
+            _set(model, names, value.to(_device(place)) if place not in ("cpu", "disk") else value)
+    if folder is not None:
+        folder.flush()
+
+
+# ---------------------------------------------------------------------------------------------- hooks
+
+
+def _to_device(obj: Any, device: torch.device, skip: Iterable[str] = ()) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_to_device(o, device, skip) for o in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(o, device, skip) for o in obj)
+    if isinstance(obj, dict):
+        moved = {k: v if k in skip else _to_device(v, device, skip) for k, v in obj.items()}
+        try:
+            return type(obj)(moved)
+        except TypeError:
+            return moved
+    return obj
+
+
+class _Materialize:
+    """Pre-hook: put a module's offloaded tensors on the execution device; post-hook: put placeholders back."""
+
+    def __init__(self, slots: list[tuple[nn.Module, str, bool, Source]], device: torch.device):
+        self.slots, self.device, self.depth = slots, device, 0
+        self.placeholders = [(m._parameters if p else m._buffers)[a] for m, a, p, _ in slots]
+
+    def before(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.depth += 1
+        if self.depth > 1:
+            return
+        loaded: dict[int, torch.Tensor] = {}
+        for (owner, attr, is_param, source), placeholder in zip(self.slots, self.placeholders):
+            key = id(source)
+            if key not in loaded:  # tied slots of one module load once
+                value = source.read(self.device) if isinstance(source, TensorRecord) else \
+                    source.to(self.device, non_blocking=True)
+                loaded[key] = nn.Parameter(value, requires_grad=placeholder.requires_grad) if is_param else value
+            (owner._parameters if is_param else owner._buffers)[attr] = loaded[key]
+
+    def after(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            for (owner, attr, is_param, _), placeholder in zip(self.slots, self.placeholders):
+                (owner._parameters if is_param else owner._buffers)[attr] = placeholder
+
+
+def remove_hooks(model: nn.Module) -> None:
+    """Remove the hooks `dispatch_model` attached (offloaded tensors stay on the meta device)."""
+    for handle in model.__dict__.pop(_HOOKS, []):
+        handle.remove()
+
+
+def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: Any = None,
+                   state_dict: dict[str, torch.Tensor] | None = None, offload_dir: str | Path | None = None,
+                   offload_index: dict | None = None, offload_buffers: bool = False,
+                   skip_keys: str | list[str] | None = None, preload_module_classes: list[str] | None = None,
+                   force_hooks: bool = False, *, _offload_cpu: bool = False) -> nn.Module:
+    """Place a built model per `device_map` and attach the hooks that run it.
+
+    GPU entries move there. With a GPU computing, "cpu" entries stay in CPU memory and are copied to
+    the main device (`main_device`, default: the first GPU of the map, else cpu) for their forward;
+    "disk" entries are written to `offload_dir` (unless already loaded lazily from a checkpoint) and
+    read for their forward. Weights are loaded per module that owns them (a module of a
+    `preload_module_classes` class loads its whole subtree at once) and released after its forward.
+    Inputs move to each entry's device; the model's output comes back to its input's device.
+    """
+    if offload_index is not None:
+        raise AccError("offload_index is not supported: acc writes and indexes offloaded weights itself "
+                       "(pass offload_dir)")
+    remove_hooks(model)
+    tensors = ModelTensors.of(model)
+    device_map = check_device_map(model, device_map, tensors)
+    main = _device(main_device if main_device is not None else execution_device(device_map.values()))
+    if main.type == "cuda" and main.index is None:
+        main = torch.device("cuda", 0)
+    _check_devices(device_map, main)
+    skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or [])
+    offloaded: dict[str, Source] = model.__dict__.setdefault(_OFFLOADED, {})
+    store: dict[str, Source] = {}
+    folder = None
+    for names in tensors.groups:
+        name = names[0]
+        place = lookup(device_map, name)
+        current = _get(model, name)
+        source = offloaded.get(name) if current.is_meta else current
+        if source is None:
+            source = next((state_dict[n] for n in names if state_dict and n in state_dict), None)
+            if source is None:
+                raise CheckpointError(f"'{name}' has no weights (it is on the meta device): load a checkpoint first "
+                                      "(load_checkpoint_and_dispatch) or pass state_dict")
+        keep = not tensors.is_param[name] and not offload_buffers  # buffers of offloaded modules live on main
+        if place == "disk" and not keep:
+            if not isinstance(source, TensorRecord):
+                if offload_dir is None:
+                    raise DeviceMapError(f"the device map puts '{name}' on disk: pass offload_dir=... (a directory "
+                                         "for offloaded weights)")
+                folder = folder or OffloadFolder(offload_dir)
+                source = folder.write(name, source)
+            offloaded[name] = store[name] = source
+            _set(model, names, _meta(current))
+        elif place == "cpu" and (main.type != "cpu" or _offload_cpu) and not keep:
+            value = source.read() if isinstance(source, TensorRecord) else source
+            offloaded[name] = store[name] = value.detach().to("cpu")
+            _set(model, names, _meta(current))
+        else:
+            value = source.read() if isinstance(source, TensorRecord) else source
+            offloaded.pop(name, None)
+            _set(model, names, value.to(main if place in ("cpu", "disk") else _device(place)))
+    if folder is not None:
+        folder.flush()
+
+    handles: list[Any] = []
+    preload = set(preload_module_classes or [])
+    covered: set[str] = set()
+    modules = dict(model.named_modules())
+    for prefix, module in modules.items():
+        if any(c == "" or prefix.startswith(c + ".") for c in covered if c != prefix):
+            continue
+        base = f"{prefix}." if prefix else ""
+        whole = type(module).__name__ in preload
+        if whole:
+            covered.add(prefix)
+            names = [n for n, _ in module.named_parameters(prefix, remove_duplicate=False)]
+            names += [n for n, _ in module.named_buffers(prefix, remove_duplicate=False)]
+        else:
+            names = [base + a for a, t in [*module._parameters.items(), *module._buffers.items()] if t is not None]
+        slots = []
+        for full in names:
+            canonical = tensors.groups[tensors.ids[full]][0]
+            if canonical in store:
+                owner, attr, is_param = _slot(model, full)
+                slots.append((owner, attr, is_param, store[canonical]))
+        if slots:
+            hook = _Materialize(slots, main)
+            handles.append(module.register_forward_pre_hook(hook.before, with_kwargs=True))
+            handles.append(module.register_forward_hook(hook.after, with_kwargs=True, always_call=True))
+
+    computing = {main if p in ("cpu", "disk") else _device(p) for p in device_map.values()}
+    if force_hooks or computing != {torch.device("cpu")}:
+        for name, place in device_map.items():
+            target = main if place in ("cpu", "disk") else _device(place)
+            entry = modules[name] if name in modules else model.get_submodule(name.rpartition(".")[0])
+
+            def move(module: nn.Module, args: tuple, kwargs: dict, target: torch.device = target) -> tuple:
+                return _to_device(args, target, skip), _to_device(kwargs, target, skip)
+
+            handles.append(entry.register_forward_pre_hook(move, with_kwargs=True, prepend=True))
+        handles.extend(_return_to_input_device(model, skip))
+    model.__dict__[_HOOKS] = handles
+    model.hf_device_map = dict(device_map)
+    return model
+
+
+def _return_to_input_device(model: nn.Module, skip: list[str]) -> list[Any]:
+    seen: list[torch.device | None] = []
+
+    def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        first = next((t for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)), None)
+        seen.append(first.device if first is not None else None)
+
+    def after(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        device = seen.pop()
+        return output if device is None else _to_device(output, device, skip)
+
+    return [model.register_forward_pre_hook(before, with_kwargs=True, prepend=True),
+            model.register_forward_hook(after, with_kwargs=True, always_call=True)]
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def cpu_offload(model: nn.Module, execution_device: Any = None, offload_buffers: bool = False,
+                state_dict: dict[str, torch.Tensor] | None = None,
+                preload_module_classes: list[str] | None = None) -> nn.Module:
+    """Keep all weights in CPU memory and copy each module's to `execution_device` (default: first GPU,
+    else cpu) only for its forward."""
+    return dispatch_model(model, {"": "cpu"}, main_device=execution_device or _default_device(),
+                          state_dict=state_dict, offload_buffers=offload_buffers,
+                          preload_module_classes=preload_module_classes, _offload_cpu=True)
+
+
+def disk_offload(model: nn.Module, offload_dir: str | Path, execution_device: Any = None,
+                 offload_buffers: bool = False, preload_module_classes: list[str] | None = None) -> nn.Module:
+    """Write all weights to `offload_dir` and read each module's for its forward on `execution_device`."""
+    return dispatch_model(model, {"": "disk"}, main_device=execution_device or _default_device(),
+                          offload_dir=offload_dir, offload_buffers=offload_buffers,
+                          preload_module_classes=preload_module_classes)
+
+
+def load_checkpoint_and_dispatch(model: nn.Module, checkpoint: str | Path, device_map: str | dict | None = None,
+                                 max_memory: dict[Any, int | str] | None = None,
+                                 no_split_module_classes: list[str] | None = None,
+                                 offload_folder: str | Path | None = None, offload_buffers: bool = False,
+                                 dtype: torch.dtype | str | None = None, offload_state_dict: bool | None = None,
+                                 skip_keys: str | list[str] | None = None,
+                                 preload_module_classes: list[str] | None = None, force_hooks: bool = False,
+                                 strict: bool = False) -> nn.Module:
+    """Load a checkpoint (safetensors file, sharded index, directory, acc checkpoint) onto a device map and
+    attach the hooks that run the model across it.
+
+    `device_map` is a dict, or "auto"/"balanced"/"balanced_low_0"/"sequential" to plan one within
+    `max_memory` (see `infer_auto_device_map`). Peak host memory stays near what the map keeps in CPU
+    memory: tensors are read one at a time and disk entries are read only when their module runs.
+    """
+    if isinstance(device_map, str):
+        modes = ("auto", "balanced", "balanced_low_0", "sequential")
+        if device_map not in modes:
+            raise DeviceMapError(f"device_map={device_map!r}: use a dict or one of {', '.join(modes)}")
+        if device_map != "sequential":
+            max_memory = get_balanced_memory(model, max_memory, no_split_module_classes, dtype,
+                                             low_zero=device_map == "balanced_low_0")
+        device_map = infer_auto_device_map(model, max_memory, no_split_module_classes, dtype=dtype)
+    load_checkpoint_in_model(model, checkpoint, device_map, offload_folder, dtype, bool(offload_state_dict),
+                             offload_buffers, strict)
+    if device_map is None:
+        return model
+    return dispatch_model(model, device_map, offload_dir=offload_folder, offload_buffers=offload_buffers,
+                          skip_keys=skip_keys, preload_module_classes=preload_module_classes, force_hooks=force_hooks)

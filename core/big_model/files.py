@@ -1,0 +1,171 @@
+"""Reading tensors one at a time: safetensors headers, checkpoints (file, sharded index, acc checkpoint)
+and the offload folder.
+
+A tensor is read with one positioned read straight into its own buffer. Nothing is memory-mapped
+for longer than that read, because the pages of a mapping count in the process's resident memory
+for as long as it stays mapped: reading a 1.2 GB file through a kept mapping would make the
+process 1.2 GB large even when only 400 MB of it is kept.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import MANIFEST, CheckpointError, read_manifest, verify
+
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+           "U16": torch.uint16, "U32": torch.uint32, "U64": torch.uint64}
+INDEX = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """Where a tensor's bytes lie in a file, and what they are."""
+
+    path: str
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    def read(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The tensor, read from disk into fresh memory (then moved to `device`)."""
+        if self.nbytes == 0:
+            return torch.empty(self.shape, dtype=self.dtype, device=device)
+        buffer = torch.empty(self.nbytes, dtype=torch.uint8)
+        view = memoryview((ctypes.c_ubyte * self.nbytes).from_address(buffer.data_ptr())).cast("B")
+        with open(self.path, "rb", buffering=0) as fp:
+            fp.seek(self.offset)
+            done = 0
+            while done < self.nbytes:
+                count = fp.readinto(view[done:])
+                if not count:
+                    raise CheckpointError(f"{self.path}: ends before the tensor at byte {self.offset + done} "
+                                          "(truncated file?)")
+                done += count
+        tensor = buffer.view(self.dtype).reshape(self.shape)
+        return tensor if torch.device(device).type == "cpu" else tensor.to(device)
+
+
+def read_safetensors_index(path: str | Path) -> dict[str, TensorRecord]:
+    """The tensors of one safetensors file (name -> record), from its header alone."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fp:
+            head = fp.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 2 <= length <= min(size - 8, 100 * 2**20):
+                raise ValueError(f"header length {length} does not fit a file of {size} bytes")
+            header = json.loads(fp.read(length))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+    base = 8 + length
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape = _DTYPES[info["dtype"]], tuple(int(d) for d in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: tensor '{name}' has a malformed header entry ({exc!r})") from None
+        numel = 1
+        for d in shape:
+            numel *= d
+        if end - begin != numel * torch.empty((), dtype=dtype).element_size() or base + end > size:
+            raise CheckpointError(f"{path}: tensor '{name}' lies outside the file or has the wrong size")
+        out[name] = TensorRecord(str(path), base + begin, end - begin, dtype, shape)
+    return out
+
+
+def open_checkpoint(checkpoint: str | Path) -> dict[str, TensorRecord]:
+    """Every tensor of a checkpoint by name: a .safetensors file, a sharded index (.json), a directory
+    holding either, or an acc checkpoint (manifest.json + model_<i>.safetensors, checked against the
+    manifest first)."""
+    path = Path(checkpoint)
+    if path.is_dir():
+        return open_checkpoint(_choose_file(path))
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if path.name.endswith(".json"):
+        return _open_index(path)
+    if not path.name.endswith(".safetensors"):
+        raise CheckpointError(f"{path}: only safetensors checkpoints are loaded (a .safetensors file, a "
+                              f"{INDEX}, or a directory holding them); loading a pickled file could run code "
+                              "from it: convert it to safetensors first")
+    if (path.parent / MANIFEST).is_file():  # a file of an acc checkpoint: check it before trusting it
+        manifest = read_manifest(path.parent)
+        if path.name in manifest.get("files", {}):
+            verify(path.parent, manifest, path.name)
+    return read_safetensors_index(path)
+
+
+def _choose_file(directory: Path) -> Path:
+    if (directory / MANIFEST).is_file():
+        manifest = read_manifest(directory)
+        models = sorted(n for n in manifest.get("files", {}) if re.fullmatch(r"model_\d+\.safetensors", n))
+        if len(models) == 1:
+            return directory / models[0]
+        if not models:
+            raise CheckpointError(f"{directory}: this acc checkpoint holds no model_<i>.safetensors (its backend "
+                                  "writes another layout); load it with Accelerator.load_state")
+        raise CheckpointError(f"{directory}: this acc checkpoint holds {len(models)} models ({', '.join(models)}); "
+                              f"pass the one to load, e.g. {directory / models[0]}")
+    for name in (INDEX, "model.safetensors"):
+        if (directory / name).is_file():
+            return directory / name
+    candidates = sorted(directory.glob("*.safetensors.index.json")) or sorted(directory.glob("*.safetensors"))
+    if len(candidates) == 1:
+        return candidates[0]
+    found = sorted(p.name for p in directory.iterdir())[:10]
+    raise CheckpointError(f"{directory}: found no single checkpoint to load (expected {INDEX}, model.safetensors "
+                          f"or an acc checkpoint's manifest.json); it holds {found}")
+
+
+def _open_index(path: Path) -> dict[str, TensorRecord]:
+    try:
+        weight_map = json.loads(path.read_text())["weight_map"]
+        assert isinstance(weight_map, dict)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise CheckpointError(f"{path}: not a safetensors index (a JSON object with a 'weight_map'): {exc!r}") from None
+    shards: dict[str, dict[str, TensorRecord]] = {}
+    out = {}
+    for name, shard in weight_map.items():
+        if shard not in shards:
+            shards[shard] = read_safetensors_index(path.parent / shard)
+        if name not in shards[shard]:
+            raise CheckpointError(f"{path}: lists '{name}' in {shard}, which does not hold it")
+        out[name] = shards[shard][name]
+    return out
+
+
+class OffloadFolder:
+    """Tensors written one file each (`<name>.dat`, raw bytes) with `index.json` describing them."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.index: dict[str, dict] = {}
+
+    def write(self, name: str, tensor: torch.Tensor) -> TensorRecord:
+        tensor = tensor.detach().to("cpu").contiguous()
+        path = self.folder / f"{name}.dat"
+        nbytes = tensor.numel() * tensor.element_size()
+        with open(path, "wb") as fp:
+            if nbytes:
+                fp.write(memoryview((ctypes.c_ubyte * nbytes).from_address(tensor.data_ptr())))
+        self.index[name] = {"dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape)}
+        return TensorRecord(str(path), 0, nbytes, tensor.dtype, tuple(tensor.shape))
+
+    def flush(self) -> None:
+        if self.index:
+            (self.folder / "index.json").write_text(json.dumps(self.index, indent=1) + "\n")

@@ -1,0 +1,351 @@
+"""Device maps: memory budgets per device, the automatic plan (GPUs in order, then CPU, then disk),
+and the checks a hand-written map must pass."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from ..errors import AccError, did_you_mean
+from .sizes import (ModelTensors, _as_dtype, _prefixes, atomic_units, compute_module_sizes, format_bytes, is_atomic,
+                    no_split_names, parse_memory, split_units)
+
+Device = Any  # an int (GPU index), "mps", "cpu" or "disk"
+PLACES = ("an int GPU index (0, 1, ...)", "'cuda:N'", "'mps'", "'cpu'", "'disk'")
+
+
+class DeviceMapError(AccError):
+    """A device map or memory budget that cannot work (unknown names, a unit that fits nowhere, ...)."""
+
+
+def device_key(value: Any) -> Device:
+    """0, "0", "cuda:0", torch.device("cuda", 0) -> 0; "cpu", "mps", "disk" as they are."""
+    if isinstance(value, torch.device):
+        value = str(value)
+    if isinstance(value, bool):
+        raise DeviceMapError(f"device {value!r} is not valid; use one of {', '.join(PLACES)}")
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text.isdigit():
+            return int(text)
+        if text in ("cuda", "cuda:0"):
+            return 0
+        if text.startswith("cuda:") and text[5:].isdigit():
+            return int(text[5:])
+        if text in ("cpu", "disk", "mps"):
+            return text
+    raise DeviceMapError(f"device {value!r} is not valid; use one of {', '.join(PLACES)}")
+
+
+def _order(key: Device) -> tuple[int, int]:
+    return (0, key) if isinstance(key, int) else ({"mps": 1, "cpu": 2, "disk": 3}[key], 0)
+
+
+def available_cpu_memory() -> int:
+    """MemAvailable from /proc/meminfo (Linux), else free physical pages."""
+    try:
+        with open("/proc/meminfo") as fp:
+            for line in fp:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+def get_max_memory(max_memory: dict[Any, int | str] | None = None) -> dict[Device, int]:
+    """Budgets in bytes, ordered GPUs, mps, cpu, disk. Given none: 90% of each GPU's free memory and of
+    the available CPU memory (disk is unlimited and added by the planner)."""
+    if max_memory is None:
+        found: dict[Device, int] = {}
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                found[i] = int(torch.cuda.mem_get_info(i)[0] * 0.9)
+        found["cpu"] = int(available_cpu_memory() * 0.9)
+        return found
+    if not isinstance(max_memory, dict):
+        raise DeviceMapError(f"max_memory must be a dict like {{0: '20GiB', 'cpu': '60GiB'}}, not {max_memory!r}")
+    out = {device_key(k): parse_memory(v) for k, v in max_memory.items()}
+    return dict(sorted(out.items(), key=lambda kv: _order(kv[0])))
+
+
+def execution_device(devices: Iterable[Device]) -> Device:
+    """Where offloaded modules run: the first GPU (else mps, else cpu)."""
+    ordered = sorted(set(devices) | {"cpu"}, key=_order)
+    return ordered[0] if ordered[0] != "disk" else "cpu"
+
+
+class DeviceMap(dict):
+    """A device map ({name: device}) that prints as a table with each entry's size and each device's total.
+
+    It is a plain dict otherwise: edit it and pass it to `dispatch_model`/`load_checkpoint_and_dispatch`.
+    """
+
+    sizes: dict[str, int]
+    budgets: dict[Device, int]
+    reserved: dict[Device, tuple[str, int]]
+    tensors: ModelTensors | None = None
+
+    def totals(self) -> dict[Device, int]:
+        """Bytes per device, each tied tensor counted once (needs the model this map was planned for)."""
+        out: dict[Device, int] = {}
+        if self.tensors is not None:
+            for names, size in zip(self.tensors.groups, self.tensors.bytes):
+                device = lookup(self, names[0])
+                out[device] = out.get(device, 0) + size
+        return out
+
+    def __str__(self) -> str:
+        sizes = getattr(self, "sizes", {})
+        width = max([len(k) for k in self] + [7])
+        lines = [f"{'module':{width}}  {'device':6}  size"]
+        for name, device in self.items():
+            size = sizes.get(name)
+            lines.append(f"{name or '(model)':{width}}  {str(device):6}  {format_bytes(size) if size is not None else '?'}")
+        totals, budgets = self.totals(), getattr(self, "budgets", {})
+        for device in sorted(set(totals) | set(budgets), key=lambda d: _order(device_key(d))):
+            line = f"{'GPU ' + str(device) if isinstance(device, int) else device}: {format_bytes(totals.get(device, 0))}"
+            if device in budgets and device != "disk":
+                line += f" of {format_bytes(budgets[device])}"
+            if device in getattr(self, "reserved", {}):
+                name, size = self.reserved[device]
+                line += f" ({format_bytes(size)} kept free for loading offloaded units, the largest being '{name}')"
+            lines.append(line)
+        return "\n".join(lines)
+
+
+class _Planner:
+    def __init__(self, model: nn.Module, tensors: ModelTensors, no_split: set[str], verbose: bool):
+        self.model, self.tensors, self.no_split, self.verbose = model, tensors, no_split, verbose
+        self.modules = dict(model.named_modules(remove_duplicate=False))
+
+    def ids_under(self, name: str) -> set[int]:
+        if name in self.tensors.ids:
+            return {self.tensors.ids[name]}
+        module = self.modules[name]
+        names = [n for n, _ in module.named_parameters(name, remove_duplicate=False)]
+        names += [n for n, _ in module.named_buffers(name, remove_duplicate=False)]
+        return {self.tensors.ids[n] for n in names}
+
+    def owner(self, tensor: str) -> str:
+        """The unit a tensor is placed with: its outermost no-split module, its leaf module, or itself."""
+        parts = tensor.split(".")
+        for i in range(len(parts)):
+            prefix = ".".join(parts[:i])
+            if type(self.modules[prefix]).__name__ in self.no_split:
+                return prefix
+        parent = self.modules[".".join(parts[:-1])]
+        return ".".join(parts[:-1]) if next(parent.children(), None) is None else tensor
+
+    def group(self, name: str, assigned: dict[str, Device]) -> list[str]:
+        """`name` and the units holding other names of its tied tensors, which must share its device."""
+        group, todo = [name], [name]
+        while todo:
+            unit = todo.pop()
+            for index in self.ids_under(unit):
+                for other in self.tensors.groups[index]:
+                    if any(_inside(other, g) for g in group):
+                        continue
+                    partner = self.owner(other)
+                    if any(_inside(g, partner) for g in group):  # the owner contains the group: place the tensor
+                        partner = other
+                    if not _covered(partner, assigned):
+                        group.append(partner)
+                        todo.append(partner)
+        return group
+
+    def plan(self, devices: list[tuple[Device, int]]) -> dict[str, Device]:
+        assigned: dict[str, Device] = {}
+        holds: set[str] = set()  # modules with something assigned inside
+        placed: set[int] = set()
+        queue: deque[tuple[str, nn.Module | None]] = deque([("", self.model)])
+        current, used = 0, 0
+        while queue:
+            name, module = queue.popleft()
+            if _covered(name, assigned):
+                continue
+            if name in holds and module is not None:
+                queue.extendleft(reversed(split_units(name, module)))
+                continue
+            group = self.group(name, assigned)
+            ids = set().union(*(self.ids_under(g) for g in group)) - placed
+            size = sum(self.tensors.bytes[i] for i in ids)
+            while True:
+                device, capacity = devices[current]
+                if used + size <= capacity:
+                    for unit in group:
+                        assigned[unit] = device
+                        holds.update(list(_prefixes(unit))[:-1])
+                    placed |= ids
+                    used += size
+                    if self.verbose:
+                        print(f"{', '.join(g or '(model)' for g in group)} ({format_bytes(size)}) -> {device}")
+                    break
+                if not is_atomic(module, self.no_split):
+                    queue.extendleft(reversed(split_units(name, module)))  # type: ignore[arg-type]
+                    break
+                if current + 1 == len(devices):
+                    total = sum(cap for _, cap in devices)
+                    raise DeviceMapError(
+                        f"the model does not fit in max_memory: '{name or '(model)'}' ({format_bytes(size)}) fits "
+                        f"on no device after the earlier modules (budgets total {format_bytes(total)}, the model "
+                        f"needs {format_bytes(self.tensors.total())}); raise a budget or leave 'disk' unbounded")
+                current, used = current + 1, 0
+        return assigned
+
+    def clean(self, assigned: dict[str, Device]) -> dict[str, Device]:
+        """The shortest map with the same placement: a module whose contents share one device is one entry."""
+        memo: dict[str, set[Device]] = {}
+
+        def devices(name: str, module: nn.Module | None) -> set[Device]:
+            if name not in memo:
+                if name in assigned:
+                    memo[name] = {assigned[name]}
+                else:
+                    memo[name] = set().union(*(devices(n, m) for n, m in split_units(name, module)))  # type: ignore[arg-type]
+            return memo[name]
+
+        out: dict[str, Device] = {}
+
+        def emit(name: str, module: nn.Module | None) -> None:
+            found = devices(name, module)
+            if len(found) == 1:
+                out[name] = next(iter(found))
+            elif found:
+                for child, sub in split_units(name, module):  # type: ignore[arg-type]
+                    emit(child, sub)
+
+        emit("", self.model)
+        return out
+
+
+def _inside(name: str, unit: str) -> bool:
+    return unit == "" or name == unit or name.startswith(unit + ".")
+
+
+def _covered(name: str, assigned: dict[str, Device]) -> bool:
+    return any(p in assigned for p in _prefixes(name))
+
+
+def infer_auto_device_map(model: nn.Module, max_memory: dict[Any, int | str] | None = None,
+                          no_split_module_classes: Iterable[str | type] | None = None,
+                          dtype: torch.dtype | str | None = None,
+                          special_dtypes: dict[str, torch.dtype] | None = None, verbose: bool = False,
+                          clean_result: bool = True, offload_buffers: bool = False) -> DeviceMap:
+    """Place modules on the GPUs in order, then the CPU, then disk, each within its budget.
+
+    A module that does not fit where the fill stands is split into its children (and its own
+    tensors), except instances of `no_split_module_classes`, which move whole to the next device.
+    Tied tensors are placed with all their users. When anything is offloaded (off the GPUs, or to
+    disk when the CPU computes), the execution device keeps room for the largest unsplittable unit,
+    which is loaded there to run. Only plans: fake GPU budgets work without CUDA. `offload_buffers`
+    is accepted for Accelerate compatibility (buffers are counted with their modules either way).
+    """
+    budgets = get_max_memory(max_memory)
+    tensors = ModelTensors.of(model, _as_dtype(dtype), special_dtypes)
+    sizes = compute_module_sizes(model, tensors=tensors)
+    no_split = no_split_names(model, no_split_module_classes)
+    planner = _Planner(model, tensors, no_split, verbose)
+    devices = [(d, b) for d, b in budgets.items() if d != "disk"] + [("disk", budgets.get("disk", 2**63))]
+    main = execution_device(d for d, _ in devices)
+    assigned = planner.plan(devices)
+    reserved: dict[Device, tuple[str, int]] = {}
+    offloaded = {d for d in assigned.values() if _order(d) > _order(main)}
+    if offloaded:
+        unit, size = max(((n, sizes.get(n, 0)) for n, _ in atomic_units(model, no_split)), key=lambda c: c[1])
+        if budgets.get(main, 0) < size:
+            kind = f"{type(planner.modules[unit]).__name__}, " if unit in planner.modules else ""
+            where = f"GPU {main}" if isinstance(main, int) else main
+            why = (" (a no-split class)" if unit in planner.modules and type(planner.modules[unit]).__name__ in no_split
+                   else "")
+            raise DeviceMapError(
+                f"max_memory[{main!r}] = {format_bytes(budgets.get(main, 0))} is smaller than the largest module that "
+                f"cannot be split, '{unit}' ({kind}{format_bytes(size)}){why}: offloaded modules are loaded onto "
+                f"{where} one at a time to run, so it must hold the largest; raise max_memory[{main!r}] above "
+                f"{format_bytes(size)}" + (" or drop its class from no_split_module_classes" if why else ""))
+        reserved[main] = (unit, size)
+        if main != "cpu" and "disk" in offloaded and "cpu" in budgets:
+            reserved["cpu"] = (unit, size)  # disk reads pass through CPU memory on their way to the GPU
+        devices = [(d, max(0, b - reserved[d][1]) if d in reserved else b) for d, b in devices]
+        assigned = planner.plan(devices)
+    result = DeviceMap(planner.clean(assigned) if clean_result else assigned)
+    result.sizes, result.budgets, result.reserved, result.tensors = sizes, budgets, reserved, tensors
+    return result
+
+
+def get_balanced_memory(model: nn.Module, max_memory: dict[Any, int | str] | None = None,
+                        no_split_module_classes: Iterable[str | type] | None = None,
+                        dtype: torch.dtype | str | None = None,
+                        special_dtypes: dict[str, torch.dtype] | None = None, low_zero: bool = False) -> dict[Device, int]:
+    """Budgets that spread the model evenly over several GPUs (with `low_zero`, GPU 0 gets only room to run).
+
+    With fewer than two GPUs the budgets are returned unchanged.
+    """
+    budgets = get_max_memory(max_memory)
+    gpus = [d for d in budgets if isinstance(d, int)]
+    if len(gpus) < 2:
+        return budgets
+    tensors = ModelTensors.of(model, _as_dtype(dtype), special_dtypes)
+    sizes = compute_module_sizes(model, tensors=tensors)
+    no_split = no_split_names(model, no_split_module_classes)
+    largest = max((sizes.get(n, 0) for n, _ in atomic_units(model, no_split)), default=0)
+    sharing = gpus[1:] if low_zero else gpus
+    share = tensors.total() // len(sharing) + largest
+    out = dict(budgets)
+    for gpu in sharing:
+        out[gpu] = min(budgets[gpu], share)
+    if low_zero:
+        out[gpus[0]] = min(budgets[gpus[0]], largest)
+    return out
+
+
+def check_device_map(model: nn.Module, device_map: dict[str, Any],
+                     tensors: ModelTensors | None = None) -> dict[str, Device]:
+    """Validate a device map against the model and return it normalized (devices as 0, 'cpu', 'disk'...).
+
+    Every name must be a module or tensor of the model, every tensor must be covered, and tied
+    tensors must land on one device.
+    """
+    if not isinstance(device_map, dict):
+        raise DeviceMapError(f"device_map must be a dict {{module name: device}} or 'auto', not {device_map!r}")
+    tensors = tensors or ModelTensors.of(model)
+    modules = {name for name, _ in model.named_modules(remove_duplicate=False)}
+    out: dict[str, Device] = {}
+    for name, device in device_map.items():
+        if name not in modules and name not in tensors.ids:
+            raise DeviceMapError(
+                f"device_map names '{name}', which is not a module or tensor of {type(model).__name__}"
+                f"{did_you_mean(name, sorted(modules - {''}) + tensors.names)}; top-level modules: "
+                f"{[n for n, _ in model.named_children()][:20]}")
+        try:
+            out[name] = device_key(device)
+        except DeviceMapError as exc:
+            raise DeviceMapError(f"device_map['{name}']: {exc}") from None
+    missing = [n for n in tensors.names if lookup(out, n) is None]
+    if missing:
+        parents = sorted({n.rsplit(".", 1)[0] if "." in n else n for n in missing})
+        raise DeviceMapError(f"device_map places no device for {len(missing)} tensor(s), e.g. {missing[:5]}; add "
+                             f"them or their modules (e.g. {parents[:5]}) to the map, or map '' for the rest")
+    for group in tensors.tied():
+        places = {n: lookup(out, n) for n in group}
+        if len(set(places.values())) > 1:
+            raise DeviceMapError(f"tied tensors {group} are placed on different devices ({places}); tied weights "
+                                 "share one device: place their modules together")
+    return out
+
+
+def lookup(device_map: dict[str, Device], name: str) -> Device | None:
+    """The device of `name`: the entry of the longest module/tensor name that contains it."""
+    for prefix in reversed(list(_prefixes(name))):
+        if prefix in device_map:
+            return device_map[prefix]
+    return None

@@ -1,0 +1,346 @@
+"""The deepspeed backend's hooks: a DeepSpeed engine built from the user's model and optimizer at prepare.
+
+Launcher-side hooks are torch-free; deepspeed is imported inside worker hooks only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import acc
+from acc import hardware
+from acc.launch import elastic_plan
+from acc.settings import Setting
+
+from . import config as ds_config
+
+ACC_HOOKSPEC_VERSION = 1
+ACC_REQUIRES = ("torch", "deepspeed")
+NAME = "deepspeed"
+SUBDIR = "deepspeed"
+TAG = "state"
+
+
+@acc.hookimpl
+def acc_add_settings(registry: Any) -> None:
+    registry.add(Setting("deepspeed_config", str, None, "a DeepSpeed JSON config; values left \"auto\" come from acc",
+                         ("--deepspeed-config",)))
+    registry.add(Setting("zero_stage", int, None, "ZeRO stage (default: the config's, else 2)", ("--zero-stage",),
+                         minimum=0, maximum=3))
+    registry.add(Setting("offload_optimizer", str, "none", "where ZeRO keeps optimizer states",
+                         ("--offload-optimizer",), choices=("none", "cpu")))
+    registry.add(Setting("offload_params", str, "none", "where ZeRO-3 keeps parameters", ("--offload-params",),
+                         choices=("none", "cpu")))
+    registry.add(Setting("gradient_clipping", float, None, "clip gradients to this total norm inside the engine's step",
+                         ("--gradient-clipping",), minimum=0))
+
+
+@acc.hookimpl
+def acc_validate(settings: Any) -> list[str]:
+    if settings["backend"] != NAME:
+        return []
+    try:
+        user = ds_config.read_user_config(settings["deepspeed_config"])
+    except acc.ConfigError as exc:
+        return [str(exc)]
+    _, problems = ds_config.complete(user, settings, world_size=None, micro_batch=None,
+                                     where=settings["deepspeed_config"] or "the DeepSpeed settings")
+    cuda = hardware.visible_cuda_devices()
+    if cuda and not settings["cpu"] and settings["nproc"] > cuda:
+        problems.append(f"nproc = {settings['nproc']} but only {cuda} CUDA device(s) are visible; use --nproc {cuda}")
+    return problems
+
+
+@acc.hookimpl
+def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
+    cuda = hardware.visible_cuda_devices()
+    on_cpu = settings["cpu"] or cuda == 0
+    device = "cpu (gloo, DeepSpeed's CPU accelerator)" if on_cpu else f"cuda:<local rank> of {cuda} visible (nccl)"
+    stage = settings["zero_stage"] if settings["zero_stage"] is not None else "from the config (default 2)"
+    plan = elastic_plan(settings, device=device, notes=[f"ZeRO stage {stage}"])
+    if on_cpu:
+        plan.env["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probing
+    return plan
+
+
+@acc.hookimpl
+def acc_env_report(settings: Any) -> dict[str, str]:
+    import deepspeed
+
+    return {"deepspeed": deepspeed.__version__}
+
+
+@acc.hookimpl
+def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
+    import dataclasses
+    import logging
+
+    from acc import distributed
+
+    info = distributed.init_process_group(ctx, NAME, "auto", distributed_type="deepspeed")
+    import deepspeed
+
+    import warnings
+
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    # DeepSpeed still calls torch's old collective names; their deprecation warnings are not the user's to act on
+    warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*deprecated",
+                            category=FutureWarning)
+    deepspeed.init_distributed(dist_backend=ctx.backend_state["pg_backend"], auto_mpi_discovery=False)
+    ctx.backend_state["user_config"] = ds_config.read_user_config(ctx.settings["deepspeed_config"])
+    # DeepSpeed does mixed precision (and fp16 loss scaling) itself, from the config acc completes
+    return dataclasses.replace(info, native_precision=ctx.settings["mixed_precision"] != "no")
+
+
+@acc.hookimpl
+def acc_teardown(ctx: acc.RunContext) -> None:
+    from acc import distributed
+
+    distributed.destroy_process_group(ctx.settings["timeout"])
+
+
+def _engine(ctx: acc.RunContext, model: Any) -> Any:
+    engine = ctx.backend_state.get("engine")
+    return engine if engine is not None and (model is engine or model is engine.module) else None
+
+
+@acc.hookimpl
+def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list, list]:
+    import deepspeed
+
+    trained = [m for m in models if any(p.requires_grad for p in m.parameters())]
+    if len(trained) > 1 or (trained and "engine" in ctx.backend_state):
+        raise acc.AccError(
+            "the deepspeed backend trains one model per Accelerator (one DeepSpeed engine); got more than one model "
+            "with trainable parameters. Models whose parameters are all frozen (requires_grad=False, e.g. a teacher) "
+            "may be prepared alongside and are kept as they are"
+        )
+    if not trained:
+        return list(models), list(optimizers)
+    if len(optimizers) != 1:
+        raise acc.AccError(f"the deepspeed backend builds its engine from the model and its optimizer together: prepare "
+                           f"them in the same call (got {len(optimizers)} optimizers with the model)")
+    batch_sizes = [dl.per_process_batch_size for dl in ctx.dataloaders]
+    config, problems = ds_config.complete(ctx.backend_state["user_config"], ctx.settings, ctx.num_processes,
+                                          batch_sizes[0] if batch_sizes else None,
+                                          where=ctx.settings["deepspeed_config"] or "the DeepSpeed settings")
+    if "train_micro_batch_size_per_gpu" not in config:
+        problems.append("the micro batch size is unknown: prepare the training DataLoader in the same prepare call as "
+                        "the model, or set train_micro_batch_size_per_gpu in the DeepSpeed config")
+    if problems:
+        raise acc.ConfigError("; ".join(problems))
+    engine, optimizer, _, _ = deepspeed.initialize(model=trained[0], optimizer=optimizers[0], config=config)
+    engine.checkpoint_engine = _safe_checkpoint_engine(engine)
+    ctx.backend_state.update(engine=engine, config=config)
+    return [engine if m is trained[0] else m for m in models], [optimizer]
+
+
+@acc.hookimpl
+def acc_unwrap_model(ctx: acc.RunContext, model: Any) -> Any:
+    engine = _engine(ctx, model)
+    return engine.module if engine is not None else model
+
+
+@acc.hookimpl
+def acc_no_sync(ctx: acc.RunContext, model: Any) -> Any:
+    return contextlib.nullcontext()  # the engine learns the boundary in acc_backward
+
+
+@acc.hookimpl
+def acc_backward(ctx: acc.RunContext, loss: Any, kwargs: dict) -> bool:
+    engine = ctx.backend_state.get("engine")
+    if engine is None:
+        loss.backward(**kwargs)
+        return True
+    engine.set_gradient_accumulation_boundary(ctx.loop.sync_gradients)
+    engine.backward(loss, scale_wrt_gas=False, **kwargs)  # acc already divided the loss by the accumulation steps
+    return True
+
+
+@acc.hookimpl
+def acc_optimizer_step(ctx: acc.RunContext, optimizer: Any) -> bool:
+    engine = ctx.backend_state.get("engine")
+    if engine is None or optimizer is not engine.optimizer:
+        optimizer.step()
+        return True
+    engine.step()
+    return bool(engine.was_step_applied())
+
+
+@acc.hookimpl
+def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
+    import torch
+
+    engine = ctx.backend_state.get("engine")
+    if engine is None:
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+    configured = ctx.backend_state["config"].get("gradient_clipping")
+    if not configured or float(configured) != float(max_norm):
+        raise acc.AccError(
+            f"under DeepSpeed the engine clips inside its step, with the configured gradient_clipping "
+            f"({configured}); clip_grad_norm_ asked for {max_norm}: set --gradient-clipping {max_norm} (or "
+            "gradient_clipping in the DeepSpeed config)"
+        )
+    norm = engine.get_global_grad_norm()  # the engine's global norm of the last applied step
+    return torch.tensor(float(norm) if norm is not None else float("nan"))
+
+
+# ------------------------------------------------------------------------------ collectives: torch.distributed
+
+
+@acc.hookimpl
+def acc_all_reduce(ctx: acc.RunContext, tensor: Any, op: str) -> Any:
+    from acc import distributed
+
+    return distributed.all_reduce(tensor, op)
+
+
+@acc.hookimpl
+def acc_all_gather(ctx: acc.RunContext, tensor: Any) -> Any:
+    from acc import distributed
+
+    return distributed.all_gather(tensor)
+
+
+@acc.hookimpl
+def acc_gather_object(ctx: acc.RunContext, obj: Any) -> list:
+    from acc import distributed
+
+    return distributed.gather_object(obj)
+
+
+@acc.hookimpl
+def acc_broadcast(ctx: acc.RunContext, tensor: Any, src: int) -> Any:
+    from acc import distributed
+
+    return distributed.broadcast(tensor, src)
+
+
+@acc.hookimpl
+def acc_broadcast_object(ctx: acc.RunContext, obj: Any, src: int) -> list:
+    from acc import distributed
+
+    return distributed.broadcast_object(obj, src)
+
+
+@acc.hookimpl
+def acc_barrier(ctx: acc.RunContext) -> bool:
+    from acc import distributed
+
+    return distributed.barrier()
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def _safe_checkpoint_engine(engine: Any) -> Any:
+    """DeepSpeed's torch checkpoint engine, loading with `weights_only=True` and an allowlist of the few
+    DeepSpeed classes its files hold, so loading a checkpoint never runs code from it."""
+    import torch
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    allowed = _allowed_globals()
+
+    class SafeTorchCheckpointEngine(TorchCheckpointEngine):
+        def load(self, path: str, map_location: Any = None) -> Any:
+            from acc.checkpoint import CheckpointError
+
+            manifest = ctx_manifest.get("manifest")
+            if manifest is not None:
+                from acc.checkpoint import verify
+
+                relative = os.path.relpath(path, ctx_manifest["directory"])
+                verify(Path(ctx_manifest["directory"]), manifest, relative)
+            try:
+                with torch.serialization.safe_globals(allowed):
+                    return torch.load(path, map_location=map_location, weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - an unreadable or unsafe file is named, never unpickled
+                raise CheckpointError(f"{path}: refused or unreadable: {str(exc).splitlines()[0]}") from None
+
+    safe = SafeTorchCheckpointEngine(getattr(engine, "_config", None))
+    return safe
+
+
+ctx_manifest: dict[str, Any] = {}  # the checkpoint being loaded (set around engine.load_checkpoint)
+
+
+def _allowed_globals() -> list:
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+def _files_of(rank: int, root: Path) -> list[str]:
+    """The files of the DeepSpeed checkpoint under `root` that process `rank` wrote."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        name = path.name
+        mine = f"zero_pp_rank_{rank}_" in name if "zero_pp_rank_" in name else rank == 0
+        if mine:
+            out.append(str(path.relative_to(root.parent)))
+    return out
+
+
+@acc.hookimpl
+def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
+    from acc import checkpoint as ckpt
+
+    engine = ctx.backend_state.get("engine")
+    if engine is None:
+        return None  # no engine (nothing trained): the defaults write the models
+    engine.save_checkpoint(str(directory / SUBDIR), tag=TAG, save_latest=False)
+    ckpt_dir = directory / SUBDIR
+    written = [str(Path(SUBDIR) / f) for f in _files_of(ctx.process_index, ckpt_dir / TAG)]
+    others = [m for m in models if m is not engine.module]
+    if others and ctx.process_index == 0:  # frozen models prepared alongside (e.g. a teacher)
+        for i, model in enumerate(models):
+            if model is not engine.module:
+                ckpt.save_tensors(model.state_dict(), directory / f"model_{i}.safetensors")
+                written.append(f"model_{i}.safetensors")
+    return written
+
+
+@acc.hookimpl
+def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
+    from acc import checkpoint as ckpt
+
+    engine = ctx.backend_state.get("engine")
+    if engine is None:
+        return None
+    saved = manifest.get("run", {}).get("processes", {}).get("num_processes")
+    if saved is not None and saved != ctx.num_processes:
+        raise ckpt.CheckpointError(f"{directory}: a DeepSpeed ZeRO checkpoint loads on the number of processes that "
+                                   f"saved it ({saved}); this run has {ctx.num_processes}")
+    if not any(name.startswith(SUBDIR + "/") for name in manifest.get("files", {})):
+        raise ckpt.CheckpointError(f"{directory}: holds no DeepSpeed engine state; was it saved by another backend "
+                                   f"({manifest.get('run', {}).get('backend')})?")
+    ctx_manifest.update(manifest=manifest, directory=str(directory))
+    try:
+        path, _ = engine.load_checkpoint(str(directory / SUBDIR), tag=TAG, load_lr_scheduler_states=False)
+    finally:
+        ctx_manifest.clear()
+    if path is None:
+        raise ckpt.CheckpointError(f"{directory / SUBDIR}: DeepSpeed found no checkpoint to load")
+    for i, model in enumerate(models):
+        if model is not engine.module:
+            model.load_state_dict(ckpt.load_tensors(ckpt.verify(directory, manifest, f"model_{i}.safetensors"),
+                                                    device=ctx.device), strict=True)
+    return True
+
+
+@acc.hookimpl
+def acc_model_state_dict(ctx: acc.RunContext, model: Any) -> dict:
+    engine = ctx.backend_state.get("engine")
+    if engine is None or model is not engine.module:
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    if ctx.backend_state["config"]["zero_optimization"]["stage"] == 3:
+        state = engine._zero3_consolidated_16bit_state_dict()  # gathered to the main process
+        return {k: v.detach().cpu() for k, v in (state or {}).items()} if ctx.process_index == 0 else {}
+    return {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}

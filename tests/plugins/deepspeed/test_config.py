@@ -1,0 +1,68 @@
+"""The DeepSpeed config completion, unit by unit (no processes, no deepspeed import)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from acc.settings import ResolvedSettings
+from acc_deepspeed.config import complete, read_user_config
+
+
+def settings(**values) -> ResolvedSettings:
+    base = {"gradient_accumulation_steps": 1, "mixed_precision": "no", "zero_stage": None, "offload_optimizer": "none",
+            "offload_params": "none", "gradient_clipping": None}
+    sources = {k: "flag --x" for k in values}
+    base.update(values)
+    return ResolvedSettings(base, sources)
+
+
+def test_auto_values_come_from_acc():
+    user = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+            "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}
+    config, problems = complete(user, settings(gradient_accumulation_steps=2, mixed_precision="bf16"), 4, 8)
+    assert problems == []
+    assert config["train_micro_batch_size_per_gpu"] == 8 and config["gradient_accumulation_steps"] == 2
+    assert config["train_batch_size"] == 8 * 2 * 4 and config["bf16"]["enabled"] is True
+    assert config["zero_optimization"]["stage"] == 3
+    assert config["gradient_clipping"] == 0.0  # DeepSpeed's own default (1.0) would clip silently
+
+
+def test_contradicting_accumulation_names_both():
+    _, problems = complete({"gradient_accumulation_steps": 4}, settings(gradient_accumulation_steps=2), 2, 4,
+                           where="ds.json")
+    assert problems == ["ds.json sets gradient_accumulation_steps = 4, but acc's is 2 (gradient_accumulation_steps "
+                        "from flag --x); make them agree (or write \"auto\" in the DeepSpeed config to take acc's)"]
+
+
+@pytest.mark.parametrize("user,acc_settings,fragment", [
+    ({"train_micro_batch_size_per_gpu": 16}, {}, "train_micro_batch_size_per_gpu = 16, but acc's is 4"),
+    ({"fp16": {"enabled": True}}, {}, "fp16.enabled = True, but acc's mixed_precision is 'no'"),
+    ({"zero_optimization": {"stage": 1}}, {"zero_stage": 3}, "zero_optimization.stage = 1, but acc's is 3"),
+    ({"zero_optimization": {"stage": 7}}, {}, "ZeRO stage 7 is not one of 0, 1, 2, 3"),
+    ({"gradient_clipping": 0.5}, {"gradient_clipping": 1.0}, "gradient_clipping = 0.5, but acc's is 1.0"),
+    ({}, {"offload_params": "cpu", "zero_stage": 2}, "offloading parameters needs ZeRO stage 3"),
+])
+def test_contradictions_are_problems(user, acc_settings, fragment):
+    _, problems = complete(user, settings(**acc_settings), 2, 4)
+    assert any(fragment in p for p in problems), problems
+
+
+def test_flags_fill_the_config():
+    config, problems = complete({}, settings(zero_stage=2, offload_optimizer="cpu", gradient_clipping=1.0), 2, 4)
+    assert problems == []
+    assert config["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    assert config["gradient_clipping"] == 1.0 and config["train_batch_size"] == 8
+
+
+def test_user_file_errors(tmp_path):
+    with pytest.raises(Exception, match="does not exist"):
+        read_user_config(str(tmp_path / "none.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(Exception, match="not valid JSON"):
+        read_user_config(str(bad))
+    good = tmp_path / "ds.json"
+    good.write_text(json.dumps({"zero_optimization": {"stage": 1}}))
+    assert read_user_config(str(good)) == {"zero_optimization": {"stage": 1}}
