@@ -160,8 +160,10 @@ def load_tensors(path: Path, device: Any = "cpu") -> dict[str, torch.Tensor]:
 
 
 def save_object(obj: Any, path: Path) -> None:
-    """Write tensors and plain data (dicts, lists, numbers, strings) with torch.save."""
-    torch.save(obj, path)
+    """Write tensors (moved to the CPU, so the file loads on any device) and plain data with torch.save."""
+    from .ops import apply
+
+    torch.save(apply(lambda t: t.detach().cpu() if t.device.type != "cpu" else t, obj), path)
 
 
 def load_object(path: Path, map_location: Any = "cpu") -> Any:
@@ -241,6 +243,8 @@ def rng_state() -> dict[str, Any]:
         state["numpy"] = [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():
+        state["mps"] = torch.mps.get_rng_state()
     return state
 
 
@@ -254,6 +258,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "mps" in state and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps"])
 
 
 def _plain(x: Any) -> Any:

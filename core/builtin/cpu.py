@@ -207,4 +207,4 @@ def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
 
 @hookimpl(trylast=True)
 def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
-    return model.state_dict()
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
