@@ -137,32 +137,3 @@ def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
     device = torch.device("mps")
     precision.check(ctx.settings["mixed_precision"], device, status)
     return acc.ProcessInfo(device=device)
-
-
-def to_cpu(state: Any) -> Any:
-    """`state` with every tensor that is not on the CPU copied there (structure kept)."""
-    from acc.ops import apply
-
-    return apply(lambda t: t.detach().cpu() if t.device.type != "cpu" else t, state)
-
-
-@acc.hookimpl
-def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
-    """The cpu backend's files (so either backend loads them), with optimizer state on the CPU too: the
-    checkpoint then holds no MPS storage and loads on any machine, even with a plain `torch.load`."""
-    from acc import checkpoint as ckpt
-
-    written = []
-    for i, model in enumerate(models):
-        ckpt.save_tensors(model.state_dict(), directory / f"model_{i}.safetensors")  # copies to the CPU
-        written.append(f"model_{i}.safetensors")
-    for i, optimizer in enumerate(optimizers):
-        ckpt.save_object(to_cpu(optimizer.state_dict()), directory / f"optimizer_{i}.pt")
-        written.append(f"optimizer_{i}.pt")
-    return written
-
-
-@acc.hookimpl
-def acc_model_state_dict(ctx: acc.RunContext, model: Any) -> dict:
-    """The model's state dict as CPU tensors (what the hook promises; the default leaves them on MPS)."""
-    return to_cpu(model.state_dict())
