@@ -63,6 +63,7 @@ class RunContext:
     backend_state: dict[str, Any] = field(default_factory=dict)
     kwargs_handlers: list[Any] = field(default_factory=list)
     dataloaders: list[Any] = field(default_factory=list)  # the prepared loaders, in prepare order
+    plugin_state: dict[str, Any] = field(default_factory=dict)  # cross-cutting plugins' state, by plugin name
 
     def handler(self, cls: type) -> Any:
         """The user's kwargs handler of type `cls` (e.g. DistributedDataParallelKwargs), or None."""

@@ -84,3 +84,26 @@ def pip_install_editable(python: Path, source: Path, tmp_path: Path) -> None:
                            "--disable-pip-version-check", "-e", str(source)],
                           capture_output=True, text=True, timeout=300, env=clean_env(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def run_conformance(backend: str, tmp_path: Path, invalid_flags: dict | None = None, extra: tuple = (),
+                    conftest_extra: str = "", timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run acc's conformance suite (`pytest -p acc.testing --acc-backend NAME`) in a fresh directory."""
+    work = tmp_path / f"conformance-{backend}"
+    work.mkdir()
+    lines = ["import pytest\n", conftest_extra]
+    if invalid_flags is not None:
+        lines.append(f"\n@pytest.fixture\ndef acc_invalid_flags():\n    return {invalid_flags!r}\n")
+    (work / "conftest.py").write_text("".join(lines))
+    cmd = [sys.executable, "-m", "pytest", "-p", "acc.testing", "--acc-backend", backend, "-q", "-p",
+           "no:cacheprovider", "-rs", *extra]
+    return subprocess.run(cmd, cwd=work, env=clean_env(tmp_path), capture_output=True, text=True, timeout=timeout)
+
+
+def assert_conformance_passed(proc: subprocess.CompletedProcess, expected_passed: int) -> None:
+    import re
+
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    passed = int(re.search(r"(\d+) passed", summary).group(1)) if "passed" in summary else 0
+    assert passed >= expected_passed and "failed" not in summary, summary

@@ -43,6 +43,7 @@ def _register_commands() -> None:
     from .estimate import estimate_memory
     from .launch import launch
     from .merge import merge_weights
+    from .new_backend import new_backend
     from .plugins import plugins
 
     cli.add_command(launch)
@@ -51,6 +52,7 @@ def _register_commands() -> None:
     cli.add_command(env)
     cli.add_command(estimate_memory)
     cli.add_command(merge_weights)
+    cli.add_command(new_backend)
 
 
 _register_commands()

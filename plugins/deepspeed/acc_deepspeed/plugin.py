@@ -177,13 +177,21 @@ def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, n
     engine = ctx.backend_state.get("engine")
     if engine is None:
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-    configured = ctx.backend_state["config"].get("gradient_clipping")
-    if not configured or float(configured) != float(max_norm):
-        raise acc.AccError(
-            f"under DeepSpeed the engine clips inside its step, with the configured gradient_clipping "
-            f"({configured}); clip_grad_norm_ asked for {max_norm}: set --gradient-clipping {max_norm} (or "
-            "gradient_clipping in the DeepSpeed config)"
-        )
+    config = ctx.backend_state["config"]
+    configured = float(config.get("gradient_clipping") or 0.0)
+    if configured != float(max_norm):
+        if configured and ctx.backend_state.get("clipping_from") != "code":
+            raise acc.AccError(
+                f"under DeepSpeed the engine clips inside its step, with the configured gradient_clipping "
+                f"({configured}); clip_grad_norm_ asked for {max_norm}: make them agree (--gradient-clipping "
+                f"{max_norm}, or gradient_clipping in the DeepSpeed config)"
+            )
+        # nothing configured: the engine clips to what the script asks, from this step on
+        config["gradient_clipping"] = float(max_norm)
+        ctx.backend_state["clipping_from"] = "code"
+        engine._config.gradient_clipping = float(max_norm)
+        if hasattr(engine.optimizer, "clip_grad"):
+            engine.optimizer.clip_grad = float(max_norm)
     norm = engine.get_global_grad_norm()  # the engine's global norm of the last applied step
     return torch.tensor(float(norm) if norm is not None else float("nan"))
 

@@ -81,9 +81,13 @@ def test_clipping_happens_in_the_engine_with_the_configured_norm(tmp_path):
     assert torch.allclose(torch.tensor(ds[0]["weights"]), torch.tensor(one[0]["weights"]), rtol=1e-5, atol=1e-6)
     # the engine's norm is known after its step: the reported norms trail the single-process ones by a step
     assert torch.allclose(torch.tensor(ds[0]["norms"][1:]), torch.tensor(one[0]["norms"][:-1]), rtol=1e-4)
-    proc = run([ACC, "launch", *DS, str(WORKERS / "loop_semantics.py"), "--out", str(tmp_path / "x"), "--clip", "1.0"],
-               tmp_path)
-    assert proc.returncode == 1 and "set --gradient-clipping 1.0" in proc.stderr
+    # with nothing configured, the script's own clip_grad_norm_ sets the engine's clipping: same result as above
+    acc_launch(tmp_path, [*DS, "--zero-stage", "2"], "loop_semantics.py",
+               ["--out", str(tmp_path / "code"), "--batch", "8", "--clip", "0.5"])
+    assert read_rank_results(tmp_path / "code")[0]["weights"] == ds[0]["weights"]
+    proc = run([ACC, "launch", *DS, "--gradient-clipping", "0.5", str(WORKERS / "loop_semantics.py"), "--out",
+                str(tmp_path / "x"), "--clip", "1.0"], tmp_path)
+    assert proc.returncode == 1 and "configured gradient_clipping (0.5); clip_grad_norm_ asked for 1.0" in proc.stderr
 
 
 def test_contradicting_accumulation_and_bad_stage_are_clear_errors(tmp_path):
