@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import pluggy
 
 from .config import ConfigFile, find_config_files
-from .errors import ConfigError
+from .errors import ConfigError, PluginNotFoundError
 from .plugins import PluginInfo, build_plugin_manager, collect_settings
 from .settings import CORE_OWNER, ResolvedSettings, SettingsRegistry, core_settings, resolve
 
@@ -33,12 +33,16 @@ class Assembly:
     registry: SettingsRegistry
     files: list[ConfigFile] = field(default_factory=list)
     launched: bool = False  # True inside a worker started by `acc launch`
+    detected: dict[str, Any] = field(default_factory=dict)  # what detection chose (backend, nproc)
+    detection_line: str = ""  # the one line acc prints about it
 
     def with_flags(self, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> "Assembly":
         """The same plugin set with settings resolved again from `flags` (which must not change the set)."""
         _check_flags(flags, self.registry)
-        settings = resolve(self.registry, flags, os.environ if environ is None else environ, self.files)
-        return Assembly(settings, self.pm, self.infos, self.registry, self.files, self.launched)
+        settings = resolve(self.registry, flags, os.environ if environ is None else environ, self.files,
+                           self.detected)
+        return Assembly(settings, self.pm, self.infos, self.registry, self.files, self.launched, self.detected,
+                        self.detection_line)
 
 
 def _check_flags(flags: Mapping[str, Any], registry: SettingsRegistry) -> None:
@@ -60,17 +64,32 @@ def assemble(
     cwd: Path | None = None,
     config_file: str | None = None,
     pm: pluggy.PluginManager | None = None,
+    detect: bool = False,
 ) -> Assembly:
     """Resolve settings (flag > ACC_* env > project/--config-file > user file > default) and load plugins.
 
-    With `pm` given (tests, embedding), that manager is used as is and no plugin is loaded.
+    With `detect` (acc launch, acc config), a backend nobody chose is picked by asking every installed backend
+    how well it fits this machine (source "detected"). With `pm` given (tests, embedding), that manager is used
+    as is and no plugin is loaded.
     """
     flags = dict(flags or {})
     environ = os.environ if environ is None else environ
     files = find_config_files(environ, cwd or Path.cwd(), config_file)
+    detected: dict[str, Any] = {}
+    line = ""
     if pm is None:
         core = resolve(_core_registry(), flags, environ, files)
-        pm, infos = build_plugin_manager(core["backend"], core["plugins"])
+        if detect and core.is_default("backend"):
+            from .detection import detect as run_detection
+
+            best, line = run_detection(core, environ)
+            detected = {"backend": best.backend, "nproc": best.nproc}
+            core = resolve(_core_registry(), flags, environ, files, detected)
+        try:
+            pm, infos = build_plugin_manager(core["backend"], core["plugins"])
+        except PluginNotFoundError as exc:
+            where = core.source("backend")
+            raise PluginNotFoundError(f"{exc} (backend from {where})" if where != "default" else str(exc)) from None
     else:
         infos = {}
     registry = collect_settings(pm)
@@ -78,8 +97,8 @@ def assemble(
     for cfg in files:
         cfg.check_keys(registry, loaded)
     _check_flags(flags, registry)
-    settings = resolve(registry, flags, environ, files)
-    return Assembly(settings, pm, infos, registry, files)
+    settings = resolve(registry, flags, environ, files, detected)
+    return Assembly(settings, pm, infos, registry, files, detected=detected, detection_line=line)
 
 
 def assemble_worker(

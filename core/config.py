@@ -142,3 +142,26 @@ def find_config_files(environ: Mapping[str, str], cwd: Path, config_file: str | 
     if user.is_file():
         files.append(ConfigFile.read(user, "user file"))
     return files
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def dump(top: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]], header: str = "") -> str:
+    """TOML text: kernel settings at the top level, each plugin's in its own table (None values left out)."""
+    lines = [f"# {line}" for line in header.splitlines()] + ([""] if header else [])
+    lines += [f"{key} = {_toml_value(value)}" for key, value in top.items() if value is not None]
+    for table, values in tables.items():
+        present = {k: v for k, v in values.items() if v is not None}
+        if present:
+            lines += ["", f"[{table}]"] + [f"{key} = {_toml_value(value)}" for key, value in present.items()]
+    return "\n".join(lines) + "\n"

@@ -1,23 +1,47 @@
-"""Hardware facts the launcher can read without importing torch (it must stay torch-free)."""
+"""Hardware facts the launcher can read without importing torch (it must stay torch-free).
+
+`ACC_HARDWARE` (JSON, e.g. '{"cuda": 4}' or '{"mps": true}' or '{"tpu": 8}') replaces what is found, to plan
+for another machine (`acc launch --dry-run`, `acc config`) or to test detection: every fact below reads it.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
+OVERRIDE_ENV = "ACC_HARDWARE"
+
+
+def _override(environ: Mapping[str, str] | None) -> dict[str, Any]:
+    environ = os.environ if environ is None else environ
+    text = environ.get(OVERRIDE_ENV)
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        from .errors import ConfigError
+
+        raise ConfigError(f"{OVERRIDE_ENV}={text!r} is not a JSON object such as '{{\"cuda\": 2}}' or '{{\"mps\": true}}'")
+    return data
 
 
 def visible_cuda_devices(environ: Mapping[str, str] | None = None) -> int:
     """How many NVIDIA GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else the driver's count."""
     environ = os.environ if environ is None else environ
+    override = _override(environ)
+    if "cuda" in override:
+        return int(override["cuda"])
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        entries = [e for e in visible.split(",") if e.strip()]
         valid = []
-        for e in entries:  # CUDA stops at the first invalid entry (e.g. -1)
+        for e in [e for e in visible.split(",") if e.strip()]:  # CUDA stops at the first invalid entry (e.g. -1)
             if e.strip().startswith("-"):
                 break
             valid.append(e)
@@ -28,5 +52,20 @@ def visible_cuda_devices(environ: Mapping[str, str] | None = None) -> int:
         return 0
 
 
-def is_apple_silicon() -> bool:
+def is_apple_silicon(environ: Mapping[str, str] | None = None) -> bool:
+    override = _override(environ)
+    if "mps" in override:
+        return bool(override["mps"])
     return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+def tpu_devices(environ: Mapping[str, str] | None = None) -> int:
+    """TPU chips on this host: /dev/accel* (TPU VMs) or /dev/vfio devices named by TPU_NAME (0 when none)."""
+    override = _override(environ)
+    if "tpu" in override:
+        return int(override["tpu"])
+    return sum(1 for _ in Path("/dev").glob("accel*")) if Path("/dev").is_dir() else 0
+
+
+def overridden(environ: Mapping[str, str] | None = None) -> bool:
+    return bool(_override(environ))

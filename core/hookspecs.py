@@ -24,6 +24,7 @@ import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ProcessInfo, RunContext
+    from .detection import Detection
     from .launch.plan import LaunchPlan
     from .settings import ResolvedSettings, ScopedRegistry
 
@@ -97,6 +98,31 @@ def acc_launch_plan(settings: "ResolvedSettings") -> "LaunchPlan | None":
     **Kind**: firstresult (selection).
     **Called by**: ``acc launch`` (and ``--dry-run``), once, in the launcher; torch-free.
     **Default**: cpu plans one plain process (engine ``process``).
+    """
+
+
+@hookspec
+def acc_detect(settings: "ResolvedSettings") -> "Detection | None":
+    """Say how well this backend fits the machine, for choosing a backend when the user did not.
+
+    :return: ``acc.detection.Detection(backend, score, nproc, reason)`` (score: higher fits better; the cpu
+        backend answers 1; a backend that does not fit returns None). Use ``acc.hardware`` (torch-free).
+
+    **Kind**: broadcast, over every installed backend at once (only this hook is called on that set).
+    **Called by**: ``acc launch`` when no backend was given by flag, environment or config file, and ``acc config``.
+    **Default**: cpu answers score 1, one process.
+    """
+
+
+@hookspec
+def acc_config_questions(settings: "ResolvedSettings") -> list[str] | None:
+    """Name the settings ``acc config`` should ask about when this backend is chosen, in order.
+
+    :return: setting names this plugin declared (the kernel asks with their help, choices and defaults).
+
+    **Kind**: broadcast (the chosen backend and the extra plugins answer).
+    **Called by**: ``acc config``, in the launcher, after the backend question; torch-free.
+    **Default**: cpu asks nothing more.
     """
 
 

@@ -211,6 +211,23 @@ def build_plugin_manager(backend: str, plugins: Iterable[str] = ()) -> tuple[plu
     return pm, infos
 
 
+def detection_manager() -> tuple[pluggy.PluginManager, set[str]]:
+    """Every installed backend registered at once, for `acc_detect` only (no selection check: nothing else is
+    called on this set). A backend that fails to import is left out (`acc plugins` shows why)."""
+    pm = new_plugin_manager()
+    _load_builtin(pm)
+    names = {BUILTIN_BACKEND}
+    for name, info in installed_backends().items():
+        if name == BUILTIN_BACKEND:
+            continue
+        try:
+            register(pm, info.load_module(), name)
+        except PluginError:
+            continue
+        names.add(name)
+    return pm, names
+
+
 def collect_settings(pm: pluggy.PluginManager) -> SettingsRegistry:
     """The kernel's settings plus every registered plugin's, each stamped with its owner."""
     registry = SettingsRegistry()

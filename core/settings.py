@@ -219,8 +219,9 @@ def resolve(
     flags: Mapping[str, Any],
     environ: Mapping[str, str],
     files: "Sequence[ConfigFile]" = (),
+    detected: Mapping[str, Any] | None = None,
 ) -> ResolvedSettings:
-    """Resolve every registered setting: flag > ACC_* env > config files in the order given > default.
+    """Resolve every registered setting: flag > ACC_* env > config files in the order given > detected > default.
 
     `flags` maps setting names to raw values that were given on the command line (absent = not given).
     Raises ConfigError naming the flag, variable or file line of the first bad value.
@@ -241,7 +242,10 @@ def resolve(
                     where = f"{cfg.label} {cfg.path}"
                     break
             else:
-                values[setting.name], sources[setting.name] = setting.default, "default"
+                if detected and setting.name in detected:
+                    values[setting.name], sources[setting.name] = detected[setting.name], "detected"
+                else:
+                    values[setting.name], sources[setting.name] = setting.default, "default"
                 continue
         try:
             values[setting.name] = setting.convert(raw)

@@ -55,6 +55,15 @@ def device_description(settings: ResolvedSettings) -> str:
 
 
 @hookimpl(trylast=True)
+def acc_detect(settings: ResolvedSettings) -> Any:
+    from ..detection import Detection
+
+    cuda = hardware.visible_cuda_devices()
+    reason = "one CUDA device found" if cuda == 1 else "no accelerator that another installed backend uses"
+    return Detection("cpu", 1, 1, reason)
+
+
+@hookimpl(trylast=True)
 def acc_launch_plan(settings: ResolvedSettings) -> LaunchPlan:
     return LaunchPlan(engine="process", device=device_description(settings))
 

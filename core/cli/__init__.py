@@ -39,6 +39,7 @@ def cli() -> None:
 
 def _register_commands() -> None:
     from .check import check
+    from .config import config
     from .env import env
     from .estimate import estimate_memory
     from .launch import launch
@@ -48,6 +49,7 @@ def _register_commands() -> None:
 
     cli.add_command(launch)
     cli.add_command(check)
+    cli.add_command(config)
     cli.add_command(plugins)
     cli.add_command(env)
     cli.add_command(estimate_memory)

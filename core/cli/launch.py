@@ -73,7 +73,7 @@ class LaunchCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         peeked = _peek(args)
         flags = {k: v for k, v in peeked.items() if k != "config_file"}
-        assembly = assemble(flags=flags, config_file=peeked.get("config_file"))
+        assembly = assemble(flags=flags, config_file=peeked.get("config_file"), detect=True)
         ctx.meta[_META_KEY] = assembly
         ctx.meta[_META_KEY + ".params"] = [_option_for(s) for s in assembly.registry if s.flags]
         return super().parse_args(ctx, args)
@@ -111,6 +111,8 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str 
 
     assembly = resolved_assembly(ctx, setting_values, config_file)
     target = Target(script, tuple(script_args), is_module)
+    if assembly.detection_line and not dry_run:
+        click.echo(f"acc: {assembly.detection_line}", err=True)
     plan = orchestrate.make_plan(assembly)
     orchestrate.check_target(target)
     if dry_run:
@@ -130,16 +132,32 @@ def resolved_assembly(ctx: click.Context, setting_values: dict[str, Any], config
     assembly: Assembly = ctx.meta[_META_KEY]
     flags = {name: v for name, v in setting_values.items() if v is not None and v != ()}
     chosen = assembly.settings
-    if flags.get("backend", chosen["backend"]) != chosen["backend"] or \
-            list(flags.get("plugins", chosen["plugins"])) != chosen["plugins"]:
-        return assemble(flags=flags, config_file=config_file)  # the peek missed a choice: start over
+    if assembly.detected or flags.get("backend", chosen["backend"]) != chosen["backend"] or \
+            list(flags.get("plugins", chosen["plugins"])) != chosen["plugins"]:  # (detection weighs every flag)
+        return assemble(flags=flags, config_file=config_file, detect=True)  # the peek missed a choice: start over
     return assembly.with_flags(flags)
+
+
+def settings_lines(assembly: Assembly) -> list[str]:
+    """Every setting with its value and where it came from, and the config files read."""
+    s = assembly.settings
+    lines = ["settings (value, then where it came from):"]
+    name_width = max(len(n) for n in s)
+    for name in s:
+        value = s[name]
+        shown = ",".join(value) if isinstance(value, list) else ("" if value is None else str(value))
+        lines.append(f"  {name.ljust(name_width)}  {(shown or '-').ljust(12)}  {s.source(name)}")
+    if assembly.files:
+        lines.append("config files read: " + ", ".join(f"{f.path} ({f.label})" for f in assembly.files))
+    return lines
 
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, and every setting with its source."""
     s = assembly.settings
     lines = ["acc launch plan (dry run: nothing was started)"]
+    if assembly.detection_line:
+        lines.append(f"detected: {assembly.detection_line}")
     backend = s["backend"]
     info = assembly.infos.get(backend)
     plugin_rows = [
@@ -163,14 +181,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
         rows.append(("restarts", str(plan.max_restarts)))
     width = max(len(k) for k, _ in rows)
     lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
-    lines.append("settings (value, then where it came from):")
-    name_width = max(len(n) for n in s)
-    for name in s:
-        value = s[name]
-        shown = ",".join(value) if isinstance(value, list) else ("" if value is None else str(value))
-        lines.append(f"  {name.ljust(name_width)}  {(shown or '-').ljust(12)}  {s.source(name)}")
-    if assembly.files:
-        lines.append("config files read: " + ", ".join(f"{f.path} ({f.label})" for f in assembly.files))
+    lines += settings_lines(assembly)
     from ..launch.orchestrate import environment_additions
 
     extra = environment_additions(plan)

@@ -67,7 +67,9 @@ def test_dry_run_shows_plan_and_the_source_of_each_setting(script, tmp_path):
     assert lines["gradient_accumulation_steps"].split()[1:] == ["4", "flag", "--gradient-accumulation-steps"]
     assert lines["cpu"].split()[1:] == ["True", "env", "ACC_CPU"]
     assert lines["mixed_precision"].split()[1:4] == ["bf16", "project", "file"]
-    assert lines["nproc"].split()[1:] == ["1", "default"]
+    assert lines["nproc"].split()[1:] == ["1", "detected"]
+    assert lines["backend"].split()[1:] == ["cpu", "detected"]
+    assert "detected: no accelerator that another installed backend uses: running 1 process with the cpu backend" in out
 
 
 def test_dry_run_of_a_module(tmp_path):
@@ -98,7 +100,7 @@ def test_missing_module():
 
 
 def test_nproc_on_single_process_backend(script):
-    result = invoke("launch", "--nproc", "2", str(script))
+    result = invoke("launch", "--backend", "cpu", "--nproc", "2", str(script))
     assert result.exit_code == 2
     assert "backend 'cpu' runs a single process, but nproc = 2 (from flag --nproc)" in result.output
     assert "--backend ddp" in result.output
@@ -144,7 +146,8 @@ def test_unknown_extra_plugin(script):
 
 
 def test_all_problems_are_reported_together(script):
-    result = invoke("launch", "--nproc", "2", "--num-machines", "2", "--machine-rank", "3", str(script))
+    result = invoke("launch", "--backend", "cpu", "--nproc", "2", "--num-machines", "2", "--machine-rank", "3",
+                    str(script))
     assert result.exit_code == 2
     assert "problem(s)" in result.output
     for fragment in ("machine_rank 3", "needs the address of machine 0", "runs a single process",

@@ -45,6 +45,18 @@ def acc_validate(settings: Any) -> list[str]:
 
 
 @acc.hookimpl
+def acc_detect(settings: Any) -> Any:
+    from acc.detection import Detection
+
+    cuda = hardware.visible_cuda_devices()
+    if cuda >= 2 and not settings["cpu"]:
+        return Detection(NAME, 50, cuda, f"{cuda} CUDA devices found")
+    if settings["nproc"] > 1 and not settings.is_default("nproc"):
+        return Detection(NAME, 20, settings["nproc"], f"{settings['nproc']} processes asked for")
+    return None
+
+
+@acc.hookimpl
 def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
     cuda = hardware.visible_cuda_devices()
     device = "cpu (gloo)" if settings["cpu"] or cuda == 0 else f"cuda:<local rank> of {cuda} visible (nccl)"

@@ -39,6 +39,11 @@ def acc_add_settings(registry: Any) -> None:
 
 
 @acc.hookimpl
+def acc_config_questions(settings: Any) -> list[str]:
+    return ["zero_stage", "offload_optimizer", "offload_params", "gradient_clipping", "deepspeed_config"]
+
+
+@acc.hookimpl
 def acc_validate(settings: Any) -> list[str]:
     if settings["backend"] != NAME:
         return []

@@ -37,6 +37,11 @@ def acc_add_settings(registry: Any) -> None:
                          ("--fsdp-cpu-offload",)))
 
 
+@acc.hookimpl
+def acc_config_questions(settings: Any) -> list[str]:
+    return ["fsdp_wrap", "fsdp_strategy", "fsdp_cpu_offload"]
+
+
 def parse_wrap(value: str | None) -> tuple[str, Any]:
     """("none", None), ("classes", [names]) or ("min_params", N); ValueError with the valid forms."""
     if not value:

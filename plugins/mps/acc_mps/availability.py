@@ -108,6 +108,13 @@ def mps_status(with_torch: bool = True) -> MpsStatus:
     }
     reason = _platform_reason(system, machine, macos, need, torch_version)
     if not with_torch:
+        from acc import hardware
+
+        if hardware.overridden():  # planning for another machine (ACC_HARDWARE): its answer stands
+            planned = hardware.is_apple_silicon()
+            facts["platform"] += f" (planning with {hardware.OVERRIDE_ENV})"
+            return MpsStatus(planned, "" if planned else f"{hardware.OVERRIDE_ENV} says there is no Apple GPU",
+                             macos or need, facts)
         return MpsStatus(not reason, reason, macos, facts)
     torch_reason, torch_facts = _torch_reason(platform_ok=not reason)
     facts.update(torch_facts)

@@ -67,6 +67,14 @@ def acc_validate(settings: Any) -> list[str]:
     return problems
 
 
+@acc.hookimpl
+def acc_detect(settings: Any) -> Any:
+    from acc.detection import Detection
+
+    status = availability.mps_status(with_torch=False)
+    return Detection(NAME, 40, 1, "an Apple Silicon GPU (MPS) found") if status.available else None
+
+
 def fallback_env(settings: Any) -> dict[str, str]:
     """PYTORCH_ENABLE_MPS_FALLBACK for the worker: 1 when on, 0 when set off explicitly, else inherited."""
     if settings.get("mps_fallback"):
