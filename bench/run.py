@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import ROOT, machine  # noqa: E402
 
-BENCHMARKS = ["cli_startup", "ddp_step", "precision_step", "checkpoint_io", "sharded"]
+BENCHMARKS = ["cli_startup", "launch_ready", "ddp_step", "precision_step", "checkpoint_io", "sharded"]
 
 
 def main() -> None:

@@ -62,11 +62,29 @@ def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "au
         kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=ctx.settings["timeout"])}
         if device.type == "cuda":
             kwargs["device_id"] = device
+        store = _restart_store(world, kwargs["timeout"])
+        if store is not None:
+            kwargs["store"] = store
         dist.init_process_group(backend=pg_backend, rank=rank, world_size=world, **kwargs)
     ctx.backend_state["pg_backend"] = dist.get_backend()
     label = distributed_type or ("multi_gpu" if device.type == "cuda" else "multi_cpu")
     return ProcessInfo(device=device, num_processes=world, process_index=rank, local_process_index=local_rank,
                        local_num_processes=local_world, distributed_type=label)
+
+
+def _restart_store(world: int, timeout: datetime.timedelta) -> Any:
+    """For a restarted round under the elastic agent, the agent's store with a per-attempt prefix.
+
+    torch (2.13) assumes a new agent store per retry, but the c10d rendezvous keeps one, so a restarted
+    round reads the previous round's gloo addresses and fails to connect ("connectFullMesh ... Connection
+    refused"; reproduced with plain torchrun --max-restarts 1). None on a first round or without the agent.
+    """
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt == 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                           timeout=timeout)
+    return dist.PrefixStore(f"acc/attempt_{attempt}/", client)
 
 
 def destroy_process_group(timeout: float) -> None:

@@ -55,8 +55,33 @@ def install(on_normal_exit: Callable[[], None]) -> None:
         sys.excepthook = excepthook
         atexit.register(_exit_now_if_failed)
         _install_stack_dumps()
+        _die_with_the_launcher()
     ref = weakref.WeakMethod(on_normal_exit) if hasattr(on_normal_exit, "__self__") else (lambda: on_normal_exit)
     atexit.register(_normal_exit, ref)
+    _state.setdefault("callbacks", []).append(ref)
+
+
+def finish() -> None:
+    """Run the normal-end callbacks now (a forked worker ends with os._exit, which skips atexit)."""
+    for ref in _state.get("callbacks", []):
+        _normal_exit(ref)
+    _state["callbacks"] = []
+
+
+def _die_with_the_launcher() -> None:
+    """Under the elastic agent, ask Linux to send this worker SIGTERM if the launcher dies (even by SIGKILL),
+    so no worker of a run outlives it."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher was already gone before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _install_stack_dumps() -> None:

@@ -286,6 +286,9 @@ def core_settings() -> list[Setting]:
                 choices=("c10d", "static", "etcd", "etcd-v2")),
         Setting("max_restarts", int, 0, "times the workers are restarted after a failure", ("--max-restarts",),
                 minimum=0),
+        Setting("start_method", str, "auto", "how local workers start: fork (from a launcher that imported torch "
+                "once: faster), spawn (fresh interpreters), auto (fork where safe)", ("--start-method",),
+                choices=("auto", "fork", "spawn")),
         Setting("tee", bool, False, "show every process's output on the console, prefixed [rank N] (default: "
                 "the main process's only)", ("--tee",)),
         Setting("log_dir", str, None, "keep each process's output in DIR/<run>/attempt_<n>/<local rank>/ "

@@ -13,6 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
 ACC = str(Path(sys.executable).parent / "acc")
+# kept from the outer environment, so the suite's wall time can be compared: ACC_START_METHOD=spawn ./scripts/test.sh
+PASSTHROUGH = {k: os.environ[k] for k in ("ACC_START_METHOD",) if k in os.environ}
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -21,6 +23,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
            if not k.startswith(("ACC_", "TORCHELASTIC_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                                      "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["ACC_CONFIG_HOME"] = str(tmp_path / "user-config")
+    env.update(PASSTHROUGH)
     env.update(extra)
     return env
 
@@ -32,6 +35,8 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if key.startswith("ACC_") or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("ACC_CONFIG_HOME", str(tmp_path / "user-config"))
+    for key, value in PASSTHROUGH.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

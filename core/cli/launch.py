@@ -179,6 +179,11 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
         rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"))
     if plan.max_restarts:
         rows.append(("restarts", str(plan.max_restarts)))
+    if plan.engine == "elastic":
+        method = s["start_method"]
+        rows.append(("start", "spawn (fresh interpreters)" if method == "spawn" else
+                     "fork from a launcher that imports torch once" + (" (auto: falls back to spawn, saying why, if "
+                     "CUDA or threads were started in the launcher)" if method == "auto" else "")))
     width = max(len(k) for k, _ in rows)
     lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
     lines += settings_lines(assembly)

@@ -18,6 +18,7 @@ import signal
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -29,7 +30,7 @@ STACKS_FILE = "stacks.log"  # written next to a worker's error file when it rece
 TAIL_LINES = 15
 
 
-def launch_config(plan: LaunchPlan, log_dir: str, tee: bool) -> Any:
+def launch_config(plan: LaunchPlan, log_dir: str, tee: bool, start_method: str = "spawn") -> Any:
     """The torch `LaunchConfig` for `plan`."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.launcher.api import LaunchConfig
@@ -58,7 +59,7 @@ def launch_config(plan: LaunchPlan, log_dir: str, tee: bool) -> Any:
         rdzv_configs=configs,
         max_restarts=plan.max_restarts,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method=start_method,
         log_line_prefix_template="[rank${rank}] " if tee else None,
     )
 
@@ -101,20 +102,64 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
     tee = env.get(TEE_ENV, "") == "1"
     os.environ.clear()  # workers inherit the launcher's environment: make it theirs
     os.environ.update(env)
+    method, why = start_method(env.get(START_METHOD_ENV, "auto"), plan.max_restarts)
+    if os.environ.get("ACC_DEBUG"):
+        print(f"acc launch: start method {method} ({why})", file=sys.stderr)
     _forward_sigusr1()
-    argv = target.argv(sys.executable)
-    config = launch_config(plan, log_dir, tee)
+    config = launch_config(plan, log_dir, tee, method)
+    watcher = None
     try:
-        elastic_launch(config, argv[0])(*argv[1:])
+        if method == "fork":
+            from .fork import ExitWatcher, run_target
+
+            watcher = ExitWatcher()
+            watcher.install()
+            elastic_launch(config, run_target)(target.is_module, target.program, tuple(target.args))
+        else:
+            argv = target.argv(sys.executable)
+            elastic_launch(config, argv[0])(*argv[1:])
     except ChildFailedError as exc:
-        print(failure_report(exc, rank_log_dirs(log_dir, config.run_id)), file=sys.stderr)
-        code = exc.failures[_root_rank(exc.failures)].exitcode
+        log_dirs = rank_log_dirs(log_dir, config.run_id)
+        exits = watcher.codes if watcher is not None else {}
+        print(failure_report(exc, log_dirs, exits), file=sys.stderr)
+        failures = _with_recorded(exc.failures, log_dirs, exits)
+        code = failures[_root_rank(failures)].exitcode
         return code if code > 0 else 128 + abs(code)
     except SignalException as exc:
         print(f"acc launch: stopped by {signal.Signals(exc.sigval).name}; every worker was stopped too",
               file=sys.stderr)
         return 128 + int(exc.sigval)
     return 0
+
+
+START_METHOD_ENV = "ACC_START_METHOD"
+
+
+def start_method(asked: str, max_restarts: int = 0) -> tuple[str, str]:
+    """("fork" | "spawn", why). auto forks when it is safe: POSIX, no restarts asked for, and nothing in the
+    launcher initialised CUDA or started threads (a plugin importing a library that does makes it fall back to
+    spawn, saying why)."""
+    if asked == "spawn":
+        return "spawn", "--start-method spawn"
+    if os.name != "posix":
+        return "spawn", "fork needs a POSIX system"
+    if max_restarts:
+        # a restart re-forks the launcher after the agent's rendezvous threads started: seen to hang or fail
+        # to connect on torch 2.13, so restarts get fresh interpreters
+        if asked == "fork":
+            print("acc launch: --start-method fork is not used with --max-restarts; starting fresh interpreters",
+                  file=sys.stderr)
+        return "spawn", "restarts are asked for (a restarted round is started fresh)"
+    from .fork import fork_unsafe_reason, preload
+
+    preload()
+    reason = fork_unsafe_reason()
+    if reason is None:
+        return "fork", "workers forked from this launcher, which imported torch once"
+    if asked == "fork":
+        print(f"acc launch: --start-method fork is unsafe here ({reason}); starting fresh interpreters (spawn)",
+              file=sys.stderr)
+    return "spawn", f"fork is unsafe: {reason}"
 
 
 def _how(code: int) -> str:
@@ -152,7 +197,7 @@ def _message(failure: Any) -> tuple[str, str]:
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
     try:
-        return path.read_text(errors="replace").splitlines()[-lines:]
+        return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-lines:]
     except OSError:
         return []
 
@@ -170,10 +215,61 @@ def rank_log_dirs(log_dir: str, run_id: str) -> dict[int, Path]:
     return {int(p.name): p for p in attempts[-1].iterdir() if p.is_dir() and p.name.isdigit()}
 
 
-def failure_report(exc: Any, log_dirs: dict[int, Path] | None = None) -> str:
+@dataclass
+class _Recorded:
+    """A failure known from a worker's error file only (the agent reports one failure per function-entrypoint run)."""
+
+    local_rank: int
+    message: Any
+    exitcode: int = 1
+    timestamp: int = 0
+    error_file: str = ""
+
+
+def _with_recorded(failures: dict, log_dirs: dict[int, Path], exits: dict[int, int] | None = None) -> dict:
+    """The agent's failures plus every other local rank that left an error file or, forked, died by a signal
+    (so the first failure is found even when the agent reported only one)."""
+    import json
+
+    from .fork import PID_FILE
+
+    if not failures:
+        return failures
+    some_rank, some = next(iter(failures.items()))
+    offset = some_rank - some.local_rank
+    out = dict(failures)
+    known = {f.local_rank for f in failures.values()}
+    for local, directory in log_dirs.items():
+        code = None
+        try:
+            code = (exits or {}).get(int((directory / PID_FILE).read_text()))
+        except (OSError, ValueError):
+            pass
+        if code is not None and code < 0 and local in known:  # the agent's record lacks the signal: add it
+            out[offset + local].exitcode = code
+            continue
+        if local in known:
+            continue
+        path = directory / "error.json"
+        stacks = directory / STACKS_FILE
+        if code is None and not path.is_file() and stacks.is_file() and stacks.stat().st_size:
+            code = -signal.SIGTERM  # it dumped its stacks on SIGTERM: the agent stopped it
+        if code is not None and code < 0:
+            out[offset + local] = _Recorded(local, "", exitcode=code)
+        elif path.is_file():
+            try:
+                message = json.loads(path.read_text()).get("message", "")
+            except (OSError, ValueError):
+                continue
+            stamp = int(message.get("extraInfo", {}).get("timestamp", 0)) if isinstance(message, dict) else 0
+            out[offset + local] = _Recorded(local, message, exitcode=code or 1, timestamp=stamp, error_file=str(path))
+    return out
+
+
+def failure_report(exc: Any, log_dirs: dict[int, Path] | None = None, exits: dict[int, int] | None = None) -> str:
     """The first failing rank with its own traceback and log tail, then one line per other failed rank."""
     log_dirs = log_dirs or {}
-    failures = exc.failures
+    failures = _with_recorded(exc.failures, log_dirs, exits)
     root_rank = _root_rank(failures)
     order = [root_rank] + [r for r in sorted(failures) if r != root_rank]
     lines = ["acc launch: the run failed"]
@@ -203,8 +299,11 @@ def failure_report(exc: Any, log_dirs: dict[int, Path] | None = None) -> str:
                      + (f"; rank(s) {', '.join(map(str, stuck))} never reached it (see where they were below)"
                         if stuck else ""))
     for rank, path in stopped:
-        stack = [ln for ln in _tail(path, 40) if ln.strip()]
+        try:
+            stack = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            stack = []
         if stack:
             lines.append(f"  rank {rank} was here when it was stopped ({path}):")
-            lines.extend("    " + line for line in stack[-12:])
+            lines.extend("    " + line for line in stack[:12])  # faulthandler prints the most recent call first
     return "\n".join(lines)

@@ -151,7 +151,7 @@ def logging_environment(assembly: Assembly, run_dir: Path | None) -> dict[str, s
     """Where the executor keeps per-process logs, and whether it tees them (ACC_LOG_DIR, ACC_TEE)."""
     s = assembly.settings
     log_dir = s["log_dir"] or (str((run_dir / "logs").resolve()) if run_dir is not None else "")
-    env = {"ACC_TEE": "1" if s["tee"] else "0"}
+    env = {"ACC_TEE": "1" if s["tee"] else "0", "ACC_START_METHOD": s["start_method"]}
     if log_dir:
         env["ACC_LOG_DIR"] = log_dir
     return env

@@ -1,0 +1,116 @@
+"""Workers forked from the launcher: the user's program runs as `__main__` in a child of a process that has
+already imported torch (and the chosen backend's plugin), so no worker pays that import again.
+
+The child is made to look like `python SCRIPT ARGS` (or `python -m MODULE ARGS`): `sys.argv`, `sys.path[0]`,
+`__name__ == "__main__"`, `__file__`, default signal dispositions. It ends the way a plain worker does:
+an uncaught exception is printed, recorded in the elastic agent's error file and exits 1; `sys.exit(n)` exits n;
+a normal end leaves the process group cleanly and returns to the agent's wrapper, which reports success.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import threading
+import traceback
+
+
+PID_FILE = "pid"
+
+
+class ExitWatcher:
+    """Records how each forked worker ended, as it ends (SIGCHLD), without reaping it (WNOWAIT): the agent
+    reports only one failure of a run whose workers are functions, which may be a consequence (a peer's broken
+    connection) rather than the cause (a worker killed by a signal). pid -> exit code (negative: signal)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[int, int] = {}
+
+    def install(self) -> None:
+        signal.signal(signal.SIGCHLD, self._on_child)
+
+    def _on_child(self, signum: int, frame: object) -> None:
+        me = os.getpid()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) in self.codes:
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as fp:
+                    fields = fp.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" or int(fields[1]) != me:
+                continue
+            try:
+                info = os.waitid(os.P_PID, int(entry.name), os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                continue
+            if info is not None:
+                killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+                self.codes[int(entry.name)] = -info.si_status if killed else info.si_status
+
+
+def fork_unsafe_reason() -> str | None:
+    """Why forking this launcher would be unsafe now (None when it is safe)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return "CUDA was initialised in the launcher"
+    if threading.active_count() > 1:
+        return f"the launcher runs {threading.active_count() - 1} other thread(s)"
+    return None
+
+
+def preload() -> None:
+    """Import what every worker needs, once, before forking."""
+    import importlib
+
+    for name in ("torch", "torch.distributed", "acc.accelerator", "acc.distributed"):
+        importlib.import_module(name)
+
+
+def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
+    """The function each forked worker runs (the elastic agent's entrypoint)."""
+    from .. import lifecycle
+
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:  # lets the launcher tell which rank a child that died by a signal was (see ExitWatcher)
+        try:
+            with open(os.path.join(os.path.dirname(error_file), PID_FILE), "w") as fp:
+                fp.write(str(os.getpid()))
+        except OSError:
+            pass
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)  # the agent's handlers belong to the launcher
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv = [program, *args]
+    code = 0
+    try:
+        if is_module:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(program, run_name="__main__", alter_sys=True)
+        else:
+            sys.path[0] = os.path.dirname(os.path.abspath(program))
+            runpy.run_path(program, run_name="__main__")
+        lifecycle.finish()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == 0:
+            lifecycle.finish()
+        elif exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported as a plain worker would
+        traceback.print_exc()
+        lifecycle.record_error(type(exc), exc, exc.__traceback__)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        os._exit(code)  # the agent sees the exit code; nothing of the launcher's teardown runs in this child
