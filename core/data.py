@@ -302,6 +302,13 @@ class PreparedDataLoader:
             return self._interrupted
         return self.epoch, self._skip
 
+    def feed_through(self, wrap: Callable[[Any], Any]) -> None:
+        """Let a backend move batches itself: `wrap(source)` replaces this loader's (sharded, CPU) batch source
+        underneath its bookkeeping, and the kernel stops moving batches to the device (e.g. XLA's parallel
+        loader uploads them ahead in a background thread)."""
+        self._loader = wrap(self._loader)
+        self.device = None
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next iteration produces (optional: epochs count themselves)."""
         self.epoch = epoch

@@ -59,12 +59,26 @@ def is_apple_silicon(environ: Mapping[str, str] | None = None) -> bool:
     return platform.system() == "Darwin" and platform.machine() == "arm64"
 
 
-def tpu_devices(environ: Mapping[str, str] | None = None) -> int:
-    """TPU chips on this host: /dev/accel* (TPU VMs) or /dev/vfio devices named by TPU_NAME (0 when none)."""
+# Google's PCI vendor id and the TPU chip ids torch_xla 2.9 knows
+GOOGLE_PCI_VENDOR = "0x1ae0"
+TPU_PCI_DEVICES = {"0x0027", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076", "0x0056"}
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+
+def tpu_devices(environ: Mapping[str, str] | None = None, pci_root: Path | None = None) -> int:
+    """TPU chips attached to this host, read from the PCI bus as torch_xla does (0 when none)."""
     override = _override(environ)
-    if "tpu" in override:
+    if "tpu" in override and pci_root is None:
         return int(override["tpu"])
-    return sum(1 for _ in Path("/dev").glob("accel*")) if Path("/dev").is_dir() else 0
+    count = 0
+    for vendor in (pci_root or PCI_DEVICES).glob("*/vendor"):
+        try:
+            if vendor.read_text().strip() == GOOGLE_PCI_VENDOR and \
+                    (vendor.parent / "device").read_text().strip() in TPU_PCI_DEVICES:
+                count += 1
+        except OSError:
+            continue
+    return count
 
 
 def overridden(environ: Mapping[str, str] | None = None) -> bool:
