@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from common import ACC, BIN, ROOT, Result, alternate, env_for_bench, wall
+import shutil
+
+from common import ACC, BIN, PEER_BIN, ROOT, Result, alternate, env_for_bench, wall
 
 
 def run(repeats: int) -> list[Result]:
@@ -18,4 +20,8 @@ def run(repeats: int) -> list[Result]:
     ):
         value, base = alternate(lambda: wall(cmd, env), lambda: wall(torchrun, env), repeats)
         results.append(Result("cli start-up", label, "torchrun --help", value, base, "s", repeats))
+    accelerate = shutil.which("accelerate", path=str(PEER_BIN))
+    if accelerate:
+        value, base = alternate(lambda: wall([ACC, "--help"], env), lambda: wall([accelerate, "--help"], env), repeats)
+        results.append(Result("cli start-up", "acc --help", "accelerate --help", value, base, "s", repeats))
     return results

@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+PEER_BIN = Path(sys.executable).parent  # .venv-bench/bin: accelerate, lightning
+BIN = ROOT / ".venv" / "bin" if (ROOT / ".venv" / "bin" / "acc").exists() else PEER_BIN  # acc, torchrun
 ACC = str(BIN / "acc")
 WORKLOADS = ROOT / "bench" / "workloads"
+
+
+MEASURED: dict[str, dict] = {}  # figures one benchmark leaves for a later one in the same run (scaling)
 
 
 @dataclass

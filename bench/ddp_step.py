@@ -1,15 +1,32 @@
-"""Per-step time of a tiny MLP on 2 processes (gloo): acc ddp vs a hand-written DDP loop under torchrun."""
+"""Per-step time of a tiny MLP on 2 processes (gloo): acc ddp, Hugging Face Accelerate and Lightning Fabric,
+each against a hand-written torch DDP loop under torchrun, alternating in the same run."""
 
 from __future__ import annotations
 
-from common import ACC, BIN, WORKLOADS, Result, alternate, bench_line, env_for_bench
+import importlib.util
+import sys
+
+from common import ACC, WORKLOADS, Result, alternate, bench_line, env_for_bench
+
+
+def _torchrun(script: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            str(WORKLOADS / script)]
 
 
 def run(repeats: int) -> list[Result]:
     env = env_for_bench(OMP_NUM_THREADS="1")  # what torchrun sets; acc sets the same share on 2 cores
-    raw = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(WORKLOADS / "raw_ddp_mlp.py")]
-    ours = [ACC, "launch", "--backend", "ddp", "--nproc", "2", str(WORKLOADS / "acc_mlp.py")]
-    value, base = alternate(lambda: bench_line(ours, env)["per_step_s"], lambda: bench_line(raw, env)["per_step_s"],
-                            repeats)
-    return [Result("ddp per-step time, tiny MLP, 2 processes", "acc ddp", "torch DDP loop + torchrun", value, base,
-                   "s/step", repeats, "400 timed steps after 50 warm-up, batch 32 per process")]
+    raw = _torchrun("raw_ddp_mlp.py")
+    contenders = {"acc ddp (acc launch)": [ACC, "launch", "--output-dir", "", "--backend", "ddp", "--nproc", "2",
+                                           str(WORKLOADS / "acc_mlp.py")]}
+    if importlib.util.find_spec("accelerate"):
+        contenders["Hugging Face Accelerate (torchrun)"] = _torchrun("accelerate_mlp.py")
+    if importlib.util.find_spec("lightning"):
+        contenders["Lightning Fabric (torchrun)"] = _torchrun("fabric_mlp.py")
+    results = []
+    for label, cmd in contenders.items():
+        value, base = alternate(lambda: bench_line(cmd, env)["per_step_s"], lambda: bench_line(raw, env)["per_step_s"],
+                                repeats)
+        results.append(Result("per-step time, tiny MLP, 2 processes", label, "torch DDP loop + torchrun", value,
+                              base, "s/step", repeats, "400 timed steps after 50 warm-up, batch 32 per process"))
+    return results

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common import ACC, WORKLOADS, Result, alternate, bench_line, env_for_bench
+from common import ACC, MEASURED, WORKLOADS, Result, alternate, bench_line, env_for_bench
 from acc.plugins import installed_backends
 
 CONTENDERS = {
@@ -34,6 +34,9 @@ def run(repeats: int) -> list[Result]:
             return runs["b"][-1]["per_step_s"]
 
         step, base_step = alternate(contender, baseline, repeats)
+        MEASURED.setdefault("step_2proc", {})[label] = step
+        MEASURED["step_2proc"]["ddp"] = base_step
+        MEASURED["params_mb"] = runs["c"][0]["params_mb"]
         mem = sorted(r["peak_rss_mb"] for r in runs["c"])[len(runs["c"]) // 2]
         base_mem = sorted(r["peak_rss_mb"] for r in runs["b"])[len(runs["b"]) // 2]
         end = sorted(r["end_rss_mb"] for r in runs["c"])[len(runs["c"]) // 2]

@@ -26,6 +26,17 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 from . import ops
 
 
+def shard_length(batches: int, processes: int, index: int, split: bool, drop_last: bool, even: bool) -> int:
+    """How many batches process `index` of `processes` takes from an epoch of `batches` batches."""
+    if split:
+        return batches
+    if drop_last:
+        return batches // processes
+    if even:
+        return math.ceil(batches / processes)
+    return batches // processes + (1 if index < batches % processes else 0)
+
+
 class ShardedBatchSampler:
     """Deals the batches of `batch_sampler` to `num_processes` processes; this one takes `process_index`'s."""
 
@@ -55,14 +66,8 @@ class ShardedBatchSampler:
         self.real_in_last_round = 0
 
     def __len__(self) -> int:
-        n, w = len(self.batch_sampler), self.num_processes
-        if self.split_batches:
-            return n
-        if self.drop_last:
-            return n // w
-        if self.even_batches:
-            return math.ceil(n / w)
-        return n // w + (1 if self.process_index < n % w else 0)
+        return shard_length(len(self.batch_sampler), self.num_processes, self.process_index, self.split_batches,
+                            self.drop_last, self.even_batches)
 
     def _padding(self, first_indices: list, used: int, count: int) -> list:
         """`count` indices from the start of the epoch, continuing after the first `used` of them."""
@@ -127,15 +132,9 @@ class _IterableShard:
         self.padded_last_round = False
         self.real_in_last_round = 0
 
-    def __len__(self) -> int:
-        n, w = len(self.loader), self.num_processes  # TypeError when the stream has no length, as in torch
-        if self.split_batches:
-            return n
-        if self.drop_last:
-            return n // w
-        if self.even_batches:
-            return math.ceil(n / w)
-        return n // w + (1 if self.process_index < n % w else 0)
+    def __len__(self) -> int:  # TypeError when the stream has no length, as in torch
+        return shard_length(len(self.loader), self.num_processes, self.process_index, self.split_batches,
+                            self.drop_last, self.even_batches)
 
     def __iter__(self) -> Iterator[Any]:
         self.padded_last_round = False

@@ -23,7 +23,8 @@ for dir in "$root"/plugins/*/; do
   case "$name" in xla|_template) continue ;; esac
   [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
 done
-quiet "${pip[@]}" "${editables[@]}" pytest pytest-timeout numpy safetensors
+# test tools, and what the examples use (scikit-learn's bundled digits, tqdm progress bars)
+quiet "${pip[@]}" "${editables[@]}" pytest pytest-timeout numpy safetensors scikit-learn tqdm
 "$venv/bin/python" -c "import torch, acc; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$want" > "$stamp"
 echo "bootstrap: ready ($("$venv/bin/acc" --version))"

@@ -26,9 +26,10 @@ def main() -> None:
     model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
     params_mb = sum(p.numel() for p in model.parameters()) * 4 / 1e6
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model, opt = accelerator.prepare(model, opt)
-    x = torch.randn(8, WIDTH, device=accelerator.device)
-    for i in range(WARMUP + STEPS):
+    data = torch.utils.data.TensorDataset(torch.randn(8 * (WARMUP + STEPS) * accelerator.num_processes, WIDTH))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)  # prepared with the model: deepspeed takes its batch size
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    for i, (x,) in enumerate(loader):
         if i == WARMUP:
             accelerator.wait_for_everyone()
             start = time.perf_counter()

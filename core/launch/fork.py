@@ -64,10 +64,11 @@ def fork_unsafe_reason() -> str | None:
 
 
 def preload() -> None:
-    """Import what every worker needs, once, before forking."""
+    """Import what every worker needs, once, before forking: torch. (acc's own modules are cheap and are
+    imported in the children, in parallel, only by the scripts that use them.)"""
     import importlib
 
-    for name in ("torch", "torch.distributed", "acc.accelerator", "acc.distributed"):
+    for name in ("torch", "torch.distributed"):
         importlib.import_module(name)
 
 

@@ -48,6 +48,9 @@ def _kernel_problems(settings: Mapping) -> list[str]:
     if rank >= machines:
         problems.append(f"machine_rank {rank} (from {settings.source('machine_rank')}) must be below "
                         f"num_machines {machines}: machines are numbered 0..{machines - 1}")
+    if settings["rdzv_backend"] == "static" and settings["main_process_port"] is None:
+        problems.append("rdzv_backend 'static' needs a known port on machine 0: add --main-process-port PORT "
+                        "(the default c10d rendezvous picks a free port by itself)")
     if machines > 1 and not settings["main_process_ip"]:
         problems.append(f"num_machines = {machines} needs the address of machine 0: add --main-process-ip ADDRESS "
                         "(and the same --main-process-port on every machine)")

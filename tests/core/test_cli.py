@@ -113,6 +113,11 @@ def test_bad_flag_value(script):
     assert result.exit_code == 2 and "expected one of: no, fp16, bf16, got 'fp8'" in result.output
 
 
+def test_static_rendezvous_without_a_port(script):
+    result = invoke("launch", "--backend", "ddp", "--nproc", "2", "--rdzv-backend", "static", str(script))
+    assert result.exit_code == 2 and "rdzv_backend 'static' needs a known port on machine 0" in result.output
+
+
 def test_unknown_flag(script):
     result = invoke("launch", "--nprocs", "2", str(script))
     assert result.exit_code == 2 and "No such option '--nprocs'" in result.output and "'--nproc'" in result.output

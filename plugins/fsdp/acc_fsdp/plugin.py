@@ -10,6 +10,9 @@ from typing import Any, Iterator
 
 import acc
 from acc import hardware
+from acc.distributed_hooks import (  # noqa: F401  (the torch.distributed collectives, as this plugin's hooks)
+    acc_all_gather, acc_all_reduce, acc_barrier, acc_broadcast, acc_broadcast_object, acc_gather_object,
+)
 from acc.launch import elastic_plan
 from acc.settings import Setting
 
@@ -213,51 +216,6 @@ def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, n
         total = total.full_tensor()  # the norm over every shard
     torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
     return total
-
-
-# ------------------------------------------------------------------------------ collectives: torch.distributed
-
-
-@acc.hookimpl
-def acc_all_reduce(ctx: acc.RunContext, tensor: Any, op: str) -> Any:
-    from acc import distributed
-
-    return distributed.all_reduce(tensor, op)
-
-
-@acc.hookimpl
-def acc_all_gather(ctx: acc.RunContext, tensor: Any) -> Any:
-    from acc import distributed
-
-    return distributed.all_gather(tensor)
-
-
-@acc.hookimpl
-def acc_gather_object(ctx: acc.RunContext, obj: Any) -> list:
-    from acc import distributed
-
-    return distributed.gather_object(obj)
-
-
-@acc.hookimpl
-def acc_broadcast(ctx: acc.RunContext, tensor: Any, src: int) -> Any:
-    from acc import distributed
-
-    return distributed.broadcast(tensor, src)
-
-
-@acc.hookimpl
-def acc_broadcast_object(ctx: acc.RunContext, obj: Any, src: int) -> list:
-    from acc import distributed
-
-    return distributed.broadcast_object(obj, src)
-
-
-@acc.hookimpl
-def acc_barrier(ctx: acc.RunContext) -> bool:
-    from acc import distributed
-
-    return distributed.barrier()
 
 
 # ------------------------------------------------------------------------------ checkpoints: pieces per rank
