@@ -124,7 +124,9 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str 
         env["ACC_RUN_DIR"] = str(run_dir.resolve())
     env.update(orchestrate.logging_environment(assembly, run_dir))
     code = orchestrate.execute(plan, target, env)
-    ctx.exit(code)
+    from . import finish
+
+    finish(code)
 
 
 def resolved_assembly(ctx: click.Context, setting_values: dict[str, Any], config_file: str | None) -> Assembly:
