@@ -23,6 +23,7 @@ from .data import PreparedDataLoader
 from .errors import AccError
 from .kwargs import AutocastKwargs, GradScalerKwargs
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
+from .plugins import fast_caller
 from .precision import BackendStepper, Precision, check_supported
 from .saving import SavingMixin
 
@@ -85,6 +86,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self.ctx.process = info
         lifecycle.install(self.end_training)
         self._precision = self._make_precision()
+        self._backward_hook = fast_caller(self._pm, "acc_backward")
         self._models: list[Any] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -284,11 +286,12 @@ class Accelerator(CollectivesMixin, SavingMixin):
         if self.gradient_accumulation_steps > 1:
             loss = loss / self.gradient_accumulation_steps
         loss = self._precision.scale_loss(loss)
-        self._pm.hook.acc_backward(ctx=self.ctx, loss=loss, kwargs=kwargs)
+        self._backward_hook(ctx=self.ctx, loss=loss, kwargs=kwargs)
 
     def _step_function(self, optimizer: Any) -> Callable[[Any], bool]:
         """The prepared optimizer's step: through the scaler (fp16) to the backend's step hook."""
-        stepper = BackendStepper(optimizer, lambda opt: self._pm.hook.acc_optimizer_step(ctx=self.ctx, optimizer=opt))
+        step_hook = fast_caller(self._pm, "acc_optimizer_step")
+        stepper = BackendStepper(optimizer, lambda opt: step_hook(ctx=self.ctx, optimizer=opt))
         self._steppers.append(stepper)
         return lambda opt: self._precision.step(stepper, lambda: stepper.step())
 

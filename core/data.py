@@ -354,11 +354,11 @@ class PreparedDataLoader:
                 except StopIteration:
                     self.end_of_dataloader = True
                     self.batches_yielded += 1
-                    yield ops.send_to_device(current, self.device, non_blocking=self._non_blocking)
+                    yield self._place(current)
                     completed = True
                     break
                 self.batches_yielded += 1
-                yield ops.send_to_device(current, self.device, non_blocking=self._non_blocking)
+                yield self._place(current)
                 current = upcoming
         finally:
             if generation == self._generation:
@@ -369,6 +369,9 @@ class PreparedDataLoader:
             if self._on_end:
                 self._on_end(self)
 
-    @property
-    def _non_blocking(self) -> bool:
-        return bool(getattr(self.base_loader, "pin_memory", False))
+    def _place(self, batch: Any) -> Any:
+        """`batch` on this loader's device (a DataLoader's batches are CPU tensors: nothing to do for the CPU)."""
+        device = self.device
+        if device is None or (isinstance(device, torch.device) and device.type == "cpu"):
+            return batch
+        return ops.send_to_device(batch, device, non_blocking=bool(getattr(self.base_loader, "pin_memory", False)))

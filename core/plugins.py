@@ -228,6 +228,27 @@ def detection_manager() -> tuple[pluggy.PluginManager, set[str]]:
     return pm, names
 
 
+def fast_caller(pm: pluggy.PluginManager, name: str) -> Any:
+    """A callable(**kwargs) with pluggy's meaning for a firstresult hook, minus pluggy's generic machinery
+    (about 5 µs a call here) when no wrapper is registered on it: the implementations are called in pluggy's
+    order until one answers. With a wrapper, it is pluggy's own caller. For the per-step hooks; the plugin set
+    of a run does not change once the Accelerator exists."""
+    caller = getattr(pm.hook, name)
+    impls = caller.get_hookimpls()
+    if not caller.spec.opts.get("firstresult") or any(i.wrapper or i.hookwrapper for i in impls):
+        return caller
+    ordered = [(i.function, tuple(i.argnames)) for i in reversed(impls)]
+
+    def call(**kwargs: Any) -> Any:
+        for function, argnames in ordered:
+            result = function(*[kwargs[a] for a in argnames])
+            if result is not None:
+                return result
+        return None
+
+    return call
+
+
 def collect_settings(pm: pluggy.PluginManager) -> SettingsRegistry:
     """The kernel's settings plus every registered plugin's, each stamped with its owner."""
     registry = SettingsRegistry()

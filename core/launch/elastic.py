@@ -58,7 +58,7 @@ def launch_config(plan: LaunchPlan, log_dir: str, tee: bool, start_method: str =
         rdzv_backend=rdzv.backend,
         rdzv_configs=configs,
         max_restarts=plan.max_restarts,
-        monitor_interval=0.05,
+        monitor_interval=0.1,
         start_method=start_method,
         log_line_prefix_template="[rank${rank}] " if tee else None,
     )

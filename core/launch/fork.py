@@ -74,8 +74,11 @@ def preload() -> None:
 
 def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
     """The function each forked worker runs (the elastic agent's entrypoint)."""
+    import gc
+
     from .. import lifecycle
 
+    gc.freeze()  # the launcher's objects: never collected here, and the collector stops scanning (and copying) them
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:  # lets the launcher tell which rank a child that died by a signal was (see ExitWatcher)
         try:
