@@ -74,6 +74,7 @@ def bench_line(cmd: list[str], env: dict | None = None) -> dict:
 
 def env_for_bench(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACC_")}
+    env["ACC_OUTPUT_DIR"] = ""  # benchmark launches record no run manifests in the checkout
     env.update(extra)
     return env
 
