@@ -13,6 +13,14 @@ pytestmark = pytest.mark.slow
 DDP2 = ["--backend", "ddp", "--nproc", "2", "--output-dir", ""]
 
 
+def default_env(tmp_path, **extra: str) -> dict:
+    """A clean environment without ACC_START_METHOD: the default start method is under test even when the
+    suite runs with ACC_START_METHOD=spawn (to time it)."""
+    env = clean_env(tmp_path, **extra)
+    env.pop("ACC_START_METHOD", None)
+    return env
+
+
 def facts(tmp_path, method: str) -> dict:
     out = tmp_path / method
     out.mkdir()
@@ -41,8 +49,7 @@ def test_a_script_behaves_the_same_forked_and_spawned(tmp_path):
 def test_a_module_runs_forked_with_dash_m(tmp_path):
     out = tmp_path / "m"
     out.mkdir()
-    env = clean_env(tmp_path, ACC_DEBUG="1", PYTHONPATH=str(WORKERS.parents[1]) + ":" + str(WORKERS / "mainscript"))
-    env.pop("ACC_START_METHOD", None)  # the default is under test, also when the suite runs with spawn
+    env = default_env(tmp_path, ACC_DEBUG="1", PYTHONPATH=str(WORKERS.parents[1]) + ":" + str(WORKERS / "mainscript"))
     proc = run([ACC, "launch", *DDP2, "-m", "tests.workers.mainscript.main_like", "--out", str(out)], tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "start method fork" in proc.stderr
@@ -72,9 +79,8 @@ def test_a_rank_failure_is_reported_the_same_forked_and_spawned(tmp_path, mode):
         assert any('raise ValueError("boom")' in ln for ln in fork_lines)
 
 
-def test_dry_run_says_how_workers_start(tmp_path, monkeypatch):
-    monkeypatch.delenv("ACC_START_METHOD", raising=False)  # the default is under test
-    proc = run([ACC, "launch", *DDP2, "--dry-run", str(WORKERS / "misbehave.py")], tmp_path)
+def test_dry_run_says_how_workers_start(tmp_path):
+    proc = run([ACC, "launch", *DDP2, "--dry-run", str(WORKERS / "misbehave.py")], tmp_path, env=default_env(tmp_path))
     assert "start       fork from a launcher that imports torch once (auto: falls back to spawn" in proc.stdout
     proc = run([ACC, "launch", *DDP2, "--start-method", "spawn", "--dry-run", str(WORKERS / "misbehave.py")], tmp_path)
     assert "start       spawn (fresh interpreters)" in proc.stdout
