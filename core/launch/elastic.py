@@ -140,7 +140,7 @@ def start_method(asked: str, max_restarts: int = 0) -> tuple[str, str]:
     launcher initialised CUDA or started threads (a plugin importing a library that does makes it fall back to
     spawn, saying why)."""
     if asked == "spawn":
-        return "spawn", "--start-method spawn"
+        return "spawn", "spawn was asked for (--start-method / ACC_START_METHOD / start_method)"
     if os.name != "posix":
         return "spawn", "fork needs a POSIX system"
     if max_restarts:

@@ -85,5 +85,5 @@ def test_dry_run_says_how_workers_start(tmp_path):
     proc = run([ACC, "launch", *DDP2, "--start-method", "spawn", "--dry-run", str(WORKERS / "misbehave.py")], tmp_path)
     assert "start       spawn (fresh interpreters)" in proc.stdout
     restarts = run([ACC, "launch", *DDP2, "--max-restarts", "1", str(WORKERS / "mainscript" / "main_like.py"), "--out",
-                    str(tmp_path)], tmp_path, env=clean_env(tmp_path, ACC_DEBUG="1"))
+                    str(tmp_path)], tmp_path, env=default_env(tmp_path, ACC_DEBUG="1"))
     assert "start method spawn (restarts are asked for" in restarts.stderr
