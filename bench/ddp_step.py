@@ -17,8 +17,12 @@ def _torchrun(script: str) -> list[str]:
 def run(repeats: int) -> list[Result]:
     env = env_for_bench(OMP_NUM_THREADS="1")  # what torchrun sets; acc sets the same share on 2 cores
     raw = _torchrun("raw_ddp_mlp.py")
-    contenders = {"acc ddp (acc launch)": [ACC, "launch", "--output-dir", "", "--backend", "ddp", "--nproc", "2",
-                                           str(WORKLOADS / "acc_mlp.py")]}
+    acc = [ACC, "launch", "--output-dir", "", "--backend", "ddp", "--nproc", "2"]
+    # forked workers (the default) run a ~2 ms step a few tens of microseconds slower than spawned ones (memory
+    # shared copy-on-write with the launcher; no difference measured on a 13 ms step): both are shown
+    contenders = {"acc ddp (acc launch)": [*acc, str(WORKLOADS / "acc_mlp.py")],
+                  "acc ddp (acc launch --start-method spawn)": [*acc, "--start-method", "spawn",
+                                                                str(WORKLOADS / "acc_mlp.py")]}
     if importlib.util.find_spec("accelerate"):
         contenders["Hugging Face Accelerate (torchrun)"] = _torchrun("accelerate_mlp.py")
     if importlib.util.find_spec("lightning"):
@@ -28,5 +32,5 @@ def run(repeats: int) -> list[Result]:
         value, base = alternate(lambda: bench_line(cmd, env)["per_step_s"], lambda: bench_line(raw, env)["per_step_s"],
                                 repeats)
         results.append(Result("per-step time, tiny MLP, 2 processes", label, "torch DDP loop + torchrun", value,
-                              base, "s/step", repeats, "400 timed steps after 50 warm-up, batch 32 per process"))
+                              base, "s/step", repeats, "1500 timed steps after 100 warm-up (mlp_common.py), batch 32 per process"))
     return results

@@ -119,7 +119,9 @@ def main() -> None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.3f}")
                 if accelerator.step % args.eval_every == 0:
-                    accelerator.print(f"step {accelerator.step}: validation loss {evaluate():.4f}")
+                    message = f"step {accelerator.step}: validation loss {evaluate():.4f}"  # all evaluate
+                    if accelerator.is_local_main_process:
+                        bar.write(message)  # on its own line, above the progress bar
                     accelerator.save_state()
             if accelerator.step >= args.steps:
                 break

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 SAMPLES, FEATURES, BATCH = 8192, 32, 32
-WARMUP, STEPS = 50, 400
+WARMUP, STEPS = 100, 1500
 
 
 def dataset() -> TensorDataset:

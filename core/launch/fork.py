@@ -72,6 +72,17 @@ def preload() -> None:
         importlib.import_module(name)
 
 
+def _apply_thread_share() -> None:
+    """Give torch the worker's OMP_NUM_THREADS, as a fresh interpreter would read it at import: the launcher
+    imported torch with its own environment (one thread per core), and N forked workers each keeping that
+    count oversubscribe the cores (measured: per-step time 1.04x and noisier than spawned workers)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        import torch
+
+        torch.set_num_threads(int(value))
+
+
 def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
     """The function each forked worker runs (the elastic agent's entrypoint)."""
     import gc
@@ -89,6 +100,7 @@ def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)  # the agent's handlers belong to the launcher
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _apply_thread_share()
     sys.argv = [program, *args]
     code = 0
     try:

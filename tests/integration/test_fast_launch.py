@@ -25,8 +25,10 @@ def facts(tmp_path, method: str) -> dict:
     out = tmp_path / method
     out.mkdir()
     script = WORKERS / "mainscript" / "main_like.py"
+    env = clean_env(tmp_path, ACC_DEBUG="1")
+    env.pop("OMP_NUM_THREADS", None)  # the launcher's torch starts with one thread per core; workers get their share
     proc = run([ACC, "launch", *DDP2, "--start-method", method, str(script), "--out", str(out), "--flag", "x y"],
-               tmp_path, env=clean_env(tmp_path, ACC_DEBUG="1"))
+               tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"start method {method}" in proc.stderr
     return read_rank_results(out)
@@ -36,7 +38,7 @@ def test_a_script_behaves_the_same_forked_and_spawned(tmp_path):
     forked, spawned = facts(tmp_path, "fork"), facts(tmp_path, "spawn")
     script = str(WORKERS / "mainscript" / "main_like.py")
     for rank in (0, 1):
-        for key in ("name", "file", "sibling", "path0", "world", "main_module"):
+        for key in ("name", "file", "sibling", "path0", "world", "main_module", "threads", "omp"):
             assert forked[rank][key] == spawned[rank][key], key
         assert forked[rank]["argv"][1:3] == ["--out", str(tmp_path / "fork")]
         assert spawned[rank]["argv"][1:3] == ["--out", str(tmp_path / "spawn")]
@@ -44,6 +46,7 @@ def test_a_script_behaves_the_same_forked_and_spawned(tmp_path):
         assert forked[rank]["sibling"] == "sibling module imported"
         assert forked[rank]["argv"][0] == spawned[rank]["argv"][0] == script
         assert forked[rank]["argv"][-2:] == ["--flag", "x y"]
+        assert forked[rank]["threads"] == int(forked[rank]["omp"])  # not the launcher's count: no oversubscription
 
 
 def test_a_module_runs_forked_with_dash_m(tmp_path):
