@@ -19,6 +19,7 @@ from .settings import Setting
 _LAZY = {
     "Accelerator": ("accelerator", "Accelerator"),
     "set_seed": ("seed", "set_seed"),
+    "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
     **{name: ("big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
                                               "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
 }
@@ -42,5 +43,5 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
     "AccError", "Accelerator", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
-    "ProcessInfo", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
+    "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
 ]
