@@ -18,8 +18,8 @@ def run(repeats: int) -> list[Result]:
     env = env_for_bench(OMP_NUM_THREADS="1")  # what torchrun sets; acc sets the same share on 2 cores
     raw = _torchrun("raw_ddp_mlp.py")
     acc = [ACC, "launch", "--output-dir", "", "--backend", "ddp", "--nproc", "2"]
-    # forked workers (the default) run a ~2 ms step a few tens of microseconds slower than spawned ones (memory
-    # shared copy-on-write with the launcher; no difference measured on a 13 ms step): both are shown
+    # forked workers (the default) run a ~2 ms step a few tens of microseconds slower than spawned ones (more page
+    # faults and system time per step; cause not pinned down; no difference measured on a 13 ms step): both shown
     contenders = {"acc ddp (acc launch)": [*acc, str(WORKLOADS / "acc_mlp.py")],
                   "acc ddp (acc launch --start-method spawn)": [*acc, "--start-method", "spawn",
                                                                 str(WORKLOADS / "acc_mlp.py")]}
