@@ -29,14 +29,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from .seed import set_seed
 
 
+def _resolve_lazy(namespace: dict[str, Any], table: dict[str, tuple[str, str]], name: str) -> Any:
+    """Import `acc.<module>.<attr>` for `table[name]` and cache it in `namespace` (a module's globals)."""
+    import importlib
+
+    module, attr = table[name]
+    value = getattr(importlib.import_module(f"acc.{module}"), attr)
+    namespace[name] = value
+    return value
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f".{module}", __name__), attr)
-        globals()[name] = value
-        return value
+        return _resolve_lazy(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc' has no attribute {name!r}")
 
 

@@ -6,9 +6,9 @@ Importing this module is torch-free; each name imports what it needs when first 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import _resolve_lazy
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 
 _LAZY = {
@@ -17,13 +17,15 @@ _LAZY = {
     "send_to_device": ("ops", "send_to_device"),
 }
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .checkpoint import ProjectConfiguration
+    from .ops import send_to_device
+    from .seed import set_seed
+
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f"acc.{module}"), attr)
-        globals()[name] = value
-        return value
+        return _resolve_lazy(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.utils' has no attribute {name!r} (acc keeps the accelerate.utils names "
                          f"{', '.join(sorted(__all__))}; the rest of the API is on Accelerator)")
 
