@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _resolve_lazy
-from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
+from .. import _resolve_lazy
+from ..kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 
 _LAZY = {
     "set_seed": ("seed", "set_seed"),
@@ -18,9 +18,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .checkpoint import ProjectConfiguration
-    from .ops import send_to_device
-    from .seed import set_seed
+    from ..checkpoint import ProjectConfiguration
+    from ..ops import send_to_device
+    from ..seed import set_seed
 
 
 def __getattr__(name: str) -> Any:
