@@ -44,6 +44,7 @@ def _register_commands() -> None:
     from .estimate import estimate_memory
     from .launch import launch
     from .merge import merge_weights
+    from .migrate import migrate
     from .new_backend import new_backend
     from .plugins import plugins
 
@@ -55,6 +56,7 @@ def _register_commands() -> None:
     cli.add_command(estimate_memory)
     cli.add_command(merge_weights)
     cli.add_command(new_backend)
+    cli.add_command(migrate)
 
 
 _register_commands()
