@@ -295,10 +295,11 @@ def test_other_differences():
     assert hit_ids(deepspeed + "accelerator.clip_grad_norm_(p, 1.0)\n") == set()
 
 
-def test_the_table_is_data(tmp_path):
+def test_the_table_is_data():
     table = [{"id": "split", "readme": "-", "message": "honoured",
               "match": [{"keyword": {"name": "split_batches", "value": True}}]}]
-    text = "from accelerate import Accelerator\na = Accelerator(split_batches=True)\nb = Accelerator(split_batches=False)\n"
+    text = ("from accelerate import Accelerator\n"
+            "a = Accelerator(split_batches=True)\nb = Accelerator(split_batches=False)\n")
     assert [(h.line, h.id, h.message) for h in m.differences(scan(text), table)] == [(2, "split", "honoured")]
 
 
