@@ -133,3 +133,18 @@ def test_the_regeneration_tool_on_a_tiny_repository(tmp_path):
     assert result["training_scripts"] == 1
     assert result["clean_training_scripts"] == (["examples/train.py"] if has_log_with else [])
     assert result["missing"] == (Counter() if has_log_with else Counter({"Accelerator(log_with=)": 1}))
+
+
+def test_acc_migrate_coverage(results):
+    from click.testing import CliRunner
+
+    from acc.cli import cli
+
+    text = CliRunner().invoke(cli, ["migrate", "--coverage", str(USAGE)], catch_exceptions=False)
+    assert text.exit_code == 0 and text.output.strip() == m.format_coverage(results)
+    as_json = CliRunner().invoke(cli, ["migrate", "--coverage", str(USAGE), "--json"], catch_exceptions=False)
+    rows = json.loads(as_json.output)
+    assert [r["name"] for r in rows] == list(CORPORA)
+    for row, r in zip(rows, results):
+        assert row["clean_training_scripts"] == r["clean_training_scripts"]
+        assert {x["name"]: x["files"] for x in row["missing"]} == dict(r["missing"])
