@@ -297,4 +297,6 @@ def core_settings() -> list[Setting]:
                 "versions, command); '' records nothing", ("--output-dir",)),
         Setting("timeout", float, 1800.0, "seconds a collective may wait before the run fails", ("--timeout",),
                 minimum=1),
+        Setting("monitor_interval", float, 0.1, "seconds between the elastic agent's checks of its workers' state "
+                "(torchrun's and Accelerate's --monitor_interval)", ("--monitor-interval",), minimum=0.01),
     ]

@@ -30,8 +30,10 @@ STACKS_FILE = "stacks.log"  # written next to a worker's error file when it rece
 TAIL_LINES = 15
 
 
-def launch_config(plan: LaunchPlan, log_dir: str, tee: bool, start_method: str = "spawn") -> Any:
-    """The torch `LaunchConfig` for `plan`."""
+def launch_config(plan: LaunchPlan, log_dir: str, tee: bool, start_method: str = "spawn",
+                  monitor_interval: float = 0.1) -> Any:
+    """The torch `LaunchConfig` for `plan`; `monitor_interval` is the seconds between the agent's checks of its
+    workers (the `monitor_interval` setting, torchrun's --monitor-interval)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -58,7 +60,7 @@ def launch_config(plan: LaunchPlan, log_dir: str, tee: bool, start_method: str =
         rdzv_backend=rdzv.backend,
         rdzv_configs=configs,
         max_restarts=plan.max_restarts,
-        monitor_interval=0.1,
+        monitor_interval=monitor_interval,
         start_method=start_method,
         log_line_prefix_template="[rank${rank}] " if tee else None,
     )
@@ -102,11 +104,14 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
     tee = env.get(TEE_ENV, "") == "1"
     os.environ.clear()  # workers inherit the launcher's environment: make it theirs
     os.environ.update(env)
-    method, why = start_method(env.get(START_METHOD_ENV, "auto"), plan.max_restarts)
+    if target.no_python:  # a program, not a Python script: the agent starts it as a process of its own
+        method, why = "spawn", "--no-python: the program is not Python, so it cannot be forked from this launcher"
+    else:
+        method, why = start_method(env.get(START_METHOD_ENV, "auto"), plan.max_restarts)
     if os.environ.get("ACC_DEBUG"):
         print(f"acc launch: start method {method} ({why})", file=sys.stderr)
     _forward_sigusr1()
-    config = launch_config(plan, log_dir, tee, method)
+    config = launch_config(plan, log_dir, tee, method, _monitor_interval(env))
     watcher = None
     try:
         if method == "fork":
@@ -133,6 +138,17 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
 
 
 START_METHOD_ENV = "ACC_START_METHOD"
+
+
+def _monitor_interval(env: Mapping[str, str]) -> float:
+    """The `monitor_interval` setting of this launch (from the resolved settings handed to the workers)."""
+    import json
+
+    try:
+        value = json.loads(env.get("ACC_LAUNCH", "{}")).get("values", {}).get("monitor_interval")
+    except ValueError:
+        value = None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.1
 
 
 def start_method(asked: str, max_restarts: int = 0) -> tuple[str, str]:

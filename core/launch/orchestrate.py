@@ -93,7 +93,19 @@ def check_port(plan: LaunchPlan, settings: Mapping) -> None:
 
 
 def check_target(target: Target, cwd: Path | None = None) -> None:
-    """The script must exist (or the module be importable) before any process starts."""
+    """The script must exist (or the module be importable, or the --no-python program be found) before any
+    process starts."""
+    if target.no_python:
+        import shutil
+
+        where = cwd or Path.cwd()
+        path = Path(target.program)
+        found = (path if path.is_absolute() else where / path).is_file() if "/" in target.program else \
+            shutil.which(target.program) is not None
+        if not found:
+            raise LaunchError(f"program '{target.program}' (--no-python) is neither a file nor a command on PATH "
+                              f"(cwd: {where})")
+        return
     if target.is_module:
         # `python -m` looks in the current directory first; look there too, without importing anything
         top = target.program.split(".")[0]

@@ -64,18 +64,26 @@ class LaunchPlan:
 
 @dataclass(frozen=True)
 class Target:
-    """What each worker runs: a script path or a module (`-m`), with its own arguments."""
+    """What each worker runs: a script path or a module (`-m`), with its own arguments; with `no_python`, a
+    program run as it is (not through Python)."""
 
     program: str
     args: tuple[str, ...] = ()
     is_module: bool = False
+    no_python: bool = False
 
     def argv(self, python: str) -> list[str]:
+        if self.no_python:
+            return [self.program, *self.args]
         return [python, "-m", self.program, *self.args] if self.is_module else [python, self.program, *self.args]
 
     def __str__(self) -> str:
         head = ["-m", self.program] if self.is_module else [self.program]
         return shlex.join([*head, *self.args])
+
+    def command(self) -> str:
+        """The command line each worker runs, as shown to the user."""
+        return str(self) if self.no_python else f"python {self}"
 
 
 DEFAULT_MULTI_MACHINE_PORT = 29500

@@ -15,10 +15,13 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
     child and return its exit code (for commands that report afterwards, like `acc check`)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    argv = target.argv(sys.executable)
     if not replace:
         import subprocess
 
-        code = subprocess.run(target.argv(sys.executable), env=dict(env)).returncode
+        code = subprocess.run(argv, env=dict(env)).returncode
         return code if code >= 0 else 128 - code
-    os.execve(sys.executable, target.argv(sys.executable), dict(env))
+    if target.no_python:  # a program found like a shell finds it (a path, or a name on PATH)
+        os.execvpe(argv[0], argv, dict(env))
+    os.execve(sys.executable, argv, dict(env))
     return 0  # pragma: no cover  (execve does not return)
