@@ -10,6 +10,10 @@ Layout of a file (project `./acc.toml`, user `~/.config/acc/config.toml`, or `--
     zero_stage = 2
 
 Tables for plugins that are not loaded in this run are ignored; unknown keys anywhere else are errors.
+
+A file given with `--config-file` may also be an Accelerate config (YAML or JSON, what `accelerate config`
+writes): it is recognised by its name (.yaml, .yml, .json) or its `key: value` lines and read with Accelerate's
+meaning (`acc.accelerate_compat`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,12 @@ class ConfigFile:
     data: dict[str, Any]
     text: str = ""
     _lines: list[str] = field(default_factory=list, repr=False)
+    # an Accelerate config: each acc setting's Accelerate key, notes about it, num_processes over all machines
+    accelerate: bool = False
+    origin: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    total_processes: int | None = None
+    total_machines: int = 1  # the machines its num_processes was divided by (its own num_machines, else 1)
 
     @classmethod
     def read(cls, path: Path, label: str) -> "ConfigFile":
@@ -56,6 +66,13 @@ class ConfigFile:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{label} {path}: cannot be read ({exc.strerror or exc})") from None
+        if is_accelerate_config(path, text):
+            from . import accelerate_compat
+
+            converted = accelerate_compat.read_config(path, label, text)
+            return cls(path=path, label=label, data=converted.data, text=text, _lines=text.splitlines(),
+                       accelerate=True, origin=converted.origin, notes=converted.notes,
+                       total_processes=converted.total_processes, total_machines=converted.machines)
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -75,6 +92,10 @@ class ConfigFile:
 
     def line_of(self, key: str, table: str | None = None) -> int | None:
         """1-based line where `key` is assigned (inside `[table]` when given), if it can be found."""
+        if self.accelerate:  # YAML: the line of the Accelerate key the setting came from
+            leaf = self.origin.get(key, key).split("+")[0].rsplit(".", 1)[-1]
+            pattern = re.compile(r"""^\s*["']?%s["']?\s*:""" % re.escape(leaf))
+            return next((n for n, line in enumerate(self._lines, 1) if pattern.match(line)), None)
         current: str | None = None
         pattern = re.compile(r"""^\s*["']?%s["']?\s*=""" % re.escape(key))
         for number, line in enumerate(self._lines, 1):
@@ -93,6 +114,9 @@ class ConfigFile:
     def describe_key(self, setting: Setting, problem: str) -> str:
         table = None if setting.owner == CORE_OWNER else setting.owner
         shown = f"[{table}] {setting.name}" if table else setting.name
+        if self.accelerate:
+            shown = f"{self.origin.get(setting.name, setting.name)}' (acc's {setting.name}"
+            return f"{self.where(setting.name, table)}: key '{shown}): {problem}"
         return f"{self.where(setting.name, table)}: key '{shown}': {problem}"
 
     def check_keys(self, registry: SettingsRegistry, loaded_plugins: set[str]) -> None:
@@ -124,6 +148,17 @@ class ConfigFile:
             )
 
 
+def is_accelerate_config(path: Path, text: str) -> bool:
+    """An Accelerate config: YAML or JSON by its name, or a file whose first setting is written `key: value`."""
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        return True
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return bool(re.match(r"^[A-Za-z_][\w-]*\s*:(\s|$)", stripped)) or stripped.startswith("{")
+    return False
+
+
 def find_config_files(environ: Mapping[str, str], cwd: Path, config_file: str | None = None) -> list[ConfigFile]:
     """The config files of this run, highest priority first.
 
@@ -134,7 +169,8 @@ def find_config_files(environ: Mapping[str, str], cwd: Path, config_file: str | 
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist; give an existing TOML file to --config-file")
+            raise ConfigError(f"config file {path} does not exist; give an existing file to --config-file (acc's TOML, "
+                              "or an Accelerate YAML config)")
         files.append(ConfigFile.read(path, "config file"))
     elif (cwd / PROJECT_FILE).is_file():
         files.append(ConfigFile.read(cwd / PROJECT_FILE, "project file"))

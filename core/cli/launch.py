@@ -3,33 +3,59 @@
 The options a backend declares (`acc_add_settings`) become `acc launch` options once that backend is
 chosen, so `acc launch --backend deepspeed --help` lists DeepSpeed's flags. To know which backend is
 chosen before parsing, the raw arguments are peeked at for --backend, -p and --config-file.
+
+`accelerate launch`'s options are read too, with Accelerate's meaning (`acc.accelerate_compat` turns them into
+acc's flags first; the dry run names the spelling that was typed as each setting's source).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
 
 import click
 
 from ..assembly import Assembly, assemble
+from ..errors import ConfigError, LaunchError, PluginNotFoundError
 from ..launch.plan import ENGINES, LaunchPlan, Target
-from ..settings import Setting
+from ..settings import Setting, SettingsRegistry
+
+if TYPE_CHECKING:
+    from ..accelerate_compat import LaunchTranslation
 
 _PEEK = {"--backend": "backend", "-p": "plugins", "--plugin": "plugins", "--config-file": "config_file"}
 _META_KEY = "acc.assembly"
+_TRANSLATION_KEY = "acc.accelerate"
+_OWN_OPTIONS = ("--dry-run", "-m", "--module", "--no-python", "--config-file", "-h", "--help")
 
 
-def _value_flags() -> set[str]:
-    """The kernel's flags that take a value (a backend's own flags are not known before it is loaded)."""
+def _value_flags(settings: Iterable[Setting] | None = None) -> set[str]:
+    """The flags that take a value: the kernel's, or those of `settings` (a loaded plugin set's registry)."""
     from ..settings import core_settings
 
-    return {flag for s in core_settings() if s.kind is not bool for flag in s.flags} | set(_PEEK)
+    return {flag for s in (core_settings() if settings is None else settings) if s.kind is not bool
+            for flag in s.flags} | set(_PEEK)
 
 
-def _peek(args: list[str]) -> dict[str, Any]:
+def _known_options(settings: Iterable[Setting] | None = None) -> set[str]:
+    """Every option of `acc launch` (bools with their --no- form), for the kernel or a loaded plugin set."""
+    from ..settings import core_settings
+
+    known = set(_OWN_OPTIONS)
+    for s in core_settings() if settings is None else settings:
+        known.update(s.flags)
+        if s.kind is bool and s.flags:
+            known.add("--no-" + s.flags[0].lstrip("-"))
+    return known
+
+
+def _peek(args: list[str], takes_value: set[str] | None = None) -> dict[str, Any]:
     """--backend, -p and --config-file values given before the script (the rest is parsed by click)."""
     found: dict[str, Any] = {}
-    takes_value = _value_flags()
+    from ..accelerate_compat import EMITTED_VALUE_FLAGS
+
+    takes_value = (_value_flags() if takes_value is None else takes_value) | EMITTED_VALUE_FLAGS
     i = 0
     while i < len(args):
         arg = args[i]
@@ -71,10 +97,32 @@ class LaunchCommand(click.Command):
     """A click command whose options include those of the plugins chosen in its own arguments."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        peeked = _peek(args)
-        flags = {k: v for k, v in peeked.items() if k != "config_file"}
-        assembly = assemble(flags=flags, config_file=peeked.get("config_file"), detect=True)
+        from .. import accelerate_compat
+        from ..accelerate_compat import translate_launch_args
+
+        value_flags = _value_flags()
+        translation = translate_launch_args(args, value_flags, _known_options())
+        assembly = _assemble(translation, value_flags)
+        # again, now that the chosen backend's own flags are known (their underscore spellings, their values)
+        registry_flags = _value_flags(assembly.registry)
+        known = _known_options(assembly.registry)
+        second = translate_launch_args(args, registry_flags, known)
+        if _peek(second.args, registry_flags) != _peek(translation.args, value_flags):
+            assembly = _assemble(second, registry_flags)
+        else:
+            second.nproc = translation.nproc
+        translation = second
+        for option, owner in translation.owners.items():
+            if option not in known:
+                raise ConfigError(f"flag {translation.typed[option]} sets the {owner} backend's "
+                                  f"{option[2:].replace('-', '_')}, but the backend is {assembly.settings['backend']}; "
+                                  f"choose it with {accelerate_compat.backend_hint(owner)}")
+        args = translation.args
+        if translation.nproc is not None:
+            args = args[:translation.n_options] + ["--nproc", str(translation.nproc[0])] + \
+                args[translation.n_options:]
         ctx.meta[_META_KEY] = assembly
+        ctx.meta[_TRANSLATION_KEY] = translation
         ctx.meta[_META_KEY + ".params"] = [_option_for(s) for s in assembly.registry if s.flags]
         return super().parse_args(ctx, args)
 
@@ -84,6 +132,107 @@ class LaunchCommand(click.Command):
         positional = [p for p in params if isinstance(p, click.Argument)]
         options = [p for p in params if not isinstance(p, click.Argument)]
         return options[:-1] + extra + options[-1:] + positional
+
+
+def _assemble(translation: LaunchTranslation, value_flags: set[str]) -> Assembly:
+    """The assembly the translated arguments choose (backend, plugins, config file, processes)."""
+    peeked = _peek(translation.args, value_flags)
+    flags = {k: v for k, v in peeked.items() if k != "config_file"}
+    translation.nproc = _processes(translation, peeked.get("config_file"))
+    if translation.nproc is not None:
+        flags["nproc"] = str(translation.nproc[0])
+    try:
+        return assemble(flags=flags, config_file=peeked.get("config_file"), detect=True)
+    except PluginNotFoundError as exc:
+        typed = translation.typed.get("--backend", "--backend")
+        raise PluginNotFoundError(str(exc).replace("(backend from flag --backend)", f"(backend from flag {typed})")) \
+            from None
+
+
+def _processes(translation: LaunchTranslation, config_file: str | None) -> tuple[int, str] | None:
+    """(processes per machine, source) where Accelerate's meaning decides them, else None:
+
+    --num_processes N (or an Accelerate config's num_processes, when num_machines comes from elsewhere) is the
+    total over all machines; --multi_gpu/--use_fsdp/--use_deepspeed without a process count run one process
+    per visible GPU, as `accelerate launch` does.
+    """
+    from .. import accelerate_compat
+    from ..assembly import _core_registry
+    from ..config import find_config_files
+    from ..settings import resolve
+
+    registry = _core_registry()
+    flags: dict[str, Any] = {}
+    raw = translation.values.get("--num-machines")
+    if raw is not None:
+        flags["num_machines"] = _converted(registry["num_machines"], raw, translation.typed.get("--num-machines"))
+    files = find_config_files(os.environ, Path.cwd(), config_file)
+    core = resolve(registry, flags, os.environ, files)
+    machines = core["num_machines"]
+    source = core.source("num_machines")
+    if raw is not None:
+        source = f"flag {translation.typed['--num-machines']}"
+    if translation.total_processes is not None:
+        total, flag = translation.total_processes, translation.total_flag
+        per = accelerate_compat.per_machine(total, machines, f"flag {flag}", source)
+        return per, f"flag {flag}" + (f" ({total} over {machines} machines)" if machines > 1 else "")
+    if "--nproc" in translation.values or "ACC_NPROC" in os.environ:
+        return None
+    nproc_setting = registry["nproc"]
+    first = next((f for f in files if f.lookup(nproc_setting)[0]), None)
+    if first is not None:
+        where = f"{first.label} {first.path}"
+        if first.total_processes is None or machines == first.total_machines:
+            return None  # the file's own num_processes / num_machines (or an acc file's nproc) hold
+        per = accelerate_compat.per_machine(first.total_processes, machines, f"{first.where('nproc')}: key "
+                                            "'num_processes'", source)
+        return per, f"{where} (num_processes {first.total_processes} over {machines} machines)"
+    backend = translation.values.get("--backend")
+    cpu = core["cpu"] or ("--cpu" in translation.typed and "--no-cpu" not in translation.typed)
+    if translation.backend_flag and backend in ("ddp", "fsdp", "deepspeed") and machines == 1 and not cpu:
+        from ..hardware import visible_cuda_devices
+
+        cuda = visible_cuda_devices()
+        if cuda:
+            return cuda, f"detected ({translation.backend_flag} without --num_processes: one process per visible GPU)"
+    return None
+
+
+def _converted(setting: Setting, raw: Any, typed: str | None) -> Any:
+    """`raw` converted, or a ConfigError naming the flag as the user typed it."""
+    try:
+        return setting.convert(raw)
+    except ValueError as exc:
+        raise ConfigError(f"flag {typed or setting.flags[0]}: {exc} ({setting.name}: {setting.help})") from None
+
+
+def _typed(setting: Setting, translation: LaunchTranslation | None) -> str | None:
+    """The spelling the user typed for `setting` (e.g. --mixed_precision for --mixed-precision)."""
+    if translation is None:
+        return None
+    forms = list(setting.flags) + (["--no-" + setting.flags[0].lstrip("-")] if setting.kind is bool and setting.flags
+                                   else [])
+    return next((translation.typed[f] for f in forms if f in translation.typed), None)
+
+
+ACCELERATE_HELP = """\b
+Accelerate's spellings (underscores or dashes) work with Accelerate's meaning:
+  --num_processes N (total over all machines: --nproc = N / --num_machines),
+  --multi_gpu | --use_fsdp | --use_deepspeed | --tpu (the backend: ddp, fsdp,
+  deepspeed, xla), --mixed_precision, --gradient_accumulation_steps, --cpu,
+  --num_machines, --machine_rank, --main_process_ip, --main_process_port,
+  --rdzv_backend, --max_restarts, --monitor_interval, --log_dir, --tee [0|3],
+  --module, --no_python, --config_file (acc TOML or Accelerate YAML),
+  --zero_stage, --deepspeed_config_file, --offload_optimizer_device,
+  --offload_param_device, --gradient_clipping, --fsdp_sharding_strategy,
+  --fsdp_reshard_after_forward, --fsdp_offload_params, --fsdp_auto_wrap_policy,
+  --fsdp_transformer_layer_cls_to_wrap, --fsdp_min_num_params, --fsdp_version.
+  Accepted, no effect: --same_network (acc's machines always meet at
+  --main_process_ip:--main_process_port, on one network or not), --quiet (the
+  failure report is short anyway), and values that ask for what acc does
+  anyway (--dynamo_backend no, --gpu_ids all, --zero3_init_flag false, ...).
+  Any other Accelerate option is an error that says what acc offers instead.
+"""
 
 
 LAUNCH_HELP = """Run SCRIPT (or -m MODULE) on the chosen backend.
@@ -96,28 +245,40 @@ A backend's own options are listed by: acc launch --backend NAME --help
 
 
 @click.command(
-    "launch", cls=LaunchCommand, help=LAUNCH_HELP,
+    "launch", cls=LaunchCommand, help=LAUNCH_HELP, epilog=ACCELERATE_HELP,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and the resolved settings; start nothing.")
 @click.option("-m", "--module", "is_module", is_flag=True, help="SCRIPT is a module name, run as python -m.")
-@click.option("--config-file", type=str, default=None, help="A TOML config file used instead of ./acc.toml.")
+@click.option("--no-python", "no_python", is_flag=True,
+              help="SCRIPT is a program run as it is, not through python (e.g. a shell script).")
+@click.option("--config-file", type=str, default=None,
+              help="A config file used instead of ./acc.toml: acc's TOML, or an Accelerate YAML config.")
 @click.argument("script", metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
 @click.pass_context
-def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str | None, script: str,
+def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, config_file: str | None, script: str,
            script_args: tuple[str, ...], **setting_values: Any) -> None:
     from ..launch import orchestrate
 
+    if is_module and no_python:
+        raise ConfigError("-m/--module and --no-python exclude each other: a module is run by python")
     assembly = resolved_assembly(ctx, setting_values, config_file)
-    target = Target(script, tuple(script_args), is_module)
+    target = Target(script, tuple(script_args), is_module, no_python)
     if assembly.detection_line and not dry_run:
         click.echo(f"acc: {assembly.detection_line}", err=True)
     plan = orchestrate.make_plan(assembly)
+    if no_python and plan.engine == "pjrt":
+        raise LaunchError("--no-python cannot be used with the xla backend: its workers run a Python script")
     orchestrate.check_target(target)
+    notes = launch_notes(ctx, assembly)
     if dry_run:
         click.echo(describe(assembly, plan, target))
+        for note in notes:
+            click.echo(f"note: {note}")
         return
+    for note in notes:
+        click.echo(f"acc: note: {note}", err=True)
     env = orchestrate.worker_environment(assembly, plan)
     run_dir = orchestrate.record_run(assembly, plan, target)
     if run_dir is not None:
@@ -130,14 +291,44 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, config_file: str 
 
 
 def resolved_assembly(ctx: click.Context, setting_values: dict[str, Any], config_file: str | None) -> Assembly:
-    """The assembly with every parsed flag applied (a LaunchCommand's callback calls this first)."""
+    """The assembly with every parsed flag applied (a LaunchCommand's callback calls this first); each flag's
+    source is the spelling the user typed (`flag --num_processes`, `flag --mixed_precision`)."""
     assembly: Assembly = ctx.meta[_META_KEY]
+    translation: LaunchTranslation | None = ctx.meta.get(_TRANSLATION_KEY)
     flags = {name: v for name, v in setting_values.items() if v is not None and v != ()}
+    for name, raw in flags.items():
+        if name in assembly.registry and name != "nproc":
+            _converted(assembly.registry[name], raw, _typed(assembly.registry[name], translation))
     chosen = assembly.settings
     if assembly.detected or flags.get("backend", chosen["backend"]) != chosen["backend"] or \
             list(flags.get("plugins", chosen["plugins"])) != chosen["plugins"]:  # (detection weighs every flag)
-        return assemble(flags=flags, config_file=config_file, detect=True)  # the peek missed a choice: start over
-    return assembly.with_flags(flags)
+        result = assemble(flags=flags, config_file=config_file, detect=True)  # the peek missed a choice: start over
+    else:
+        result = assembly.with_flags(flags)
+    _mark_sources(result.settings.sources, flags, result.registry, translation)
+    return result
+
+
+def _mark_sources(sources: dict[str, str], flags: dict[str, Any], registry: SettingsRegistry,
+                  translation: LaunchTranslation | None) -> None:
+    if translation is None:
+        return
+    for name in flags:
+        if name == "nproc" and translation.nproc is not None and "--nproc" not in translation.typed:
+            sources[name] = translation.nproc[1]
+        elif name in registry:
+            typed = _typed(registry[name], translation)
+            if typed:
+                sources[name] = f"flag {typed}"
+
+
+def launch_notes(ctx: click.Context, assembly: Assembly) -> list[str]:
+    """What the user should know about how Accelerate's flags and config keys were read."""
+    translation: LaunchTranslation | None = ctx.meta.get(_TRANSLATION_KEY)
+    notes = list(translation.notes) if translation else []
+    for cfg in assembly.files:
+        notes += cfg.notes
+    return notes
 
 
 def settings_lines(assembly: Assembly) -> list[str]:
@@ -174,7 +365,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
                       + (f", this is machine {plan.machine_rank}" if plan.num_machines > 1 else "")),
         ("device", plan.device),
         ("precision", s["mixed_precision"]),
-        ("command", f"python {target}"),
+        ("command", target.command()),
     ]
     if plan.rendezvous is not None:
         rdzv = plan.rendezvous
