@@ -3,6 +3,9 @@
     acc config                 the questionnaire; writes the user file (or --project / --config-file PATH)
     acc config default         write what detection found, without questions
     acc config show            the resolved settings and where each comes from
+    acc config import FILE     convert an Accelerate config (YAML, what `accelerate config` writes) to acc's TOML
+
+Every subcommand takes the file options too (`acc config default --config-file PATH`).
 """
 
 from __future__ import annotations
@@ -44,17 +47,36 @@ def _ask(setting: Setting, default: Any) -> Any:
     return click.prompt(text, default=shown, show_default=bool(shown), value_proc=convert)
 
 
-def _write(path: Path, top: dict, tables: dict) -> None:
+def _write(path: Path, top: dict, tables: dict, header: str = "written by `acc config`") -> None:
     if path.exists() and not click.confirm(f"{path} exists; replace it?", default=False):
         raise click.exceptions.Exit(1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(top, tables, header="written by `acc config`; `acc config show` prints what it resolves to"))
+    path.write_text(dump(top, tables, header=f"{header}; `acc config show` prints what it resolves to"))
     click.echo(f"wrote {path}")
 
 
+def _file_options(read: bool = False) -> Any:
+    """--config-file PATH / --project, on the group and on every subcommand (the subcommand's win)."""
+    verb = "Read" if read else "Write"
+
+    def decorate(fn: Any) -> Any:
+        fn = click.option("--project", is_flag=True,
+                          help=f"{verb} the project file ./{PROJECT_FILE} instead of the user file.")(fn)
+        return click.option("--config-file", "--config_file", "config_file", type=click.Path(path_type=Path),
+                            default=None, help=f"{verb} this file instead.")(fn)
+
+    return decorate
+
+
+def _chosen(ctx: click.Context, config_file: Path | None, project: bool) -> Path:
+    """The file a subcommand works on: its own options, else the group's."""
+    if config_file or project:
+        return _target(config_file, project)
+    return ctx.obj
+
+
 @click.group("config", invoke_without_command=True)
-@click.option("--config-file", type=click.Path(path_type=Path), default=None, help="Write this file instead.")
-@click.option("--project", is_flag=True, help=f"Write the project file ./{PROJECT_FILE} instead of the user file.")
+@_file_options()
 @click.pass_context
 def config(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     """Answer a few questions (defaults from this machine) and write the config file acc launch reads."""
@@ -95,9 +117,11 @@ def _validate(flags: dict) -> None:
 
 
 @config.command("default")
-@click.pass_obj
-def default(target: Path) -> None:
+@_file_options()
+@click.pass_context
+def default(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     """Write what detection found (backend and processes), without questions."""
+    target = _chosen(ctx, config_file, project)
     found = assemble(detect=True)
     click.echo(f"detected: {found.detection_line}")
     top: dict[str, Any] = {"backend": found.settings["backend"]}
@@ -107,16 +131,56 @@ def default(target: Path) -> None:
 
 
 @config.command("show")
+@_file_options(read=True)
 @click.pass_context
-def show(ctx: click.Context) -> None:
+def show(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     """Print every resolved setting with its source (flag, env, project file, user file, detected, default)."""
     from .launch import settings_lines
 
-    path = ctx.parent.params.get("config_file")
+    if config_file and project:
+        raise click.UsageError("give either --config-file or --project, not both")
+    path = config_file or ctx.parent.params.get("config_file")
+    if project and not path and not Path(PROJECT_FILE).is_file():
+        raise click.UsageError(f"there is no project file ./{PROJECT_FILE} here")
     found = assemble(detect=True, config_file=str(path) if path else None)
     if found.detection_line and found.settings.source("backend") == "detected":
         click.echo(f"detected: {found.detection_line}")
     click.echo("\n".join(settings_lines(found)))
+    for cfg in found.files:
+        for note in cfg.notes:
+            click.echo(f"note: {note}")
+
+
+@config.command("import")
+@click.argument("source", type=click.Path(path_type=Path), metavar="FILE")
+@_file_options()
+@click.pass_context
+def import_(ctx: click.Context, source: Path, config_file: Path | None, project: bool) -> None:
+    """Convert an Accelerate config FILE (YAML, what `accelerate config` writes) into acc's TOML.
+
+    \b
+    Accelerate's keys are read with Accelerate's meaning (num_processes is the total over all
+    machines); a key acc cannot honour is an error naming it. Writes the user file, or
+    --project / --config-file PATH. Accelerate's own default config is
+    ~/.cache/huggingface/accelerate/default_config.yaml.
+    """
+    from ..config import ConfigFile
+    from ..errors import ConfigError
+
+    target = _chosen(ctx, config_file, project)
+    if not source.is_file():
+        raise ConfigError(f"config file {source} does not exist; give the Accelerate config to convert "
+                          "(`accelerate config` writes ~/.cache/huggingface/accelerate/default_config.yaml)")
+    read = ConfigFile.read(source, "config file")
+    if not read.accelerate:
+        raise ConfigError(f"config file {source} is not an Accelerate config (YAML or JSON); an acc TOML file is read "
+                          "as it is: acc launch --config-file FILE")
+    assemble(config_file=str(source))  # refuse what acc launch would refuse (a bad value, a missing backend)
+    for note in read.notes:
+        click.echo(f"note: {note}")
+    top = {k: v for k, v in read.data.items() if not isinstance(v, dict)}
+    tables = {k: v for k, v in read.data.items() if isinstance(v, dict)}
+    _write(target, top, tables, header=f"converted by `acc config import` from {source}")
 
 
 
