@@ -110,8 +110,7 @@ FLAGS: dict[str, Flag] = {
     "env": _no(_TPU_POD + "; set environment variables for the workers in the launching shell"),
     "main_training_function": _only(("main",), "acc runs the script as __main__ (as `python SCRIPT` would) on every "
                                     "backend; call your function from `if __name__ == '__main__':`"),
-    "downcast_bf16": _no("acc's xla backend has no downcast option; with --mixed_precision bf16 float64 stays float64",
-                         False),
+    "downcast_bf16": _no("acc's xla backend has no bf16 downcast option yet", False),
     "deepspeed_config_file": _alias("--deepspeed-config", owner=_DS),
     "zero_stage": _alias("--zero-stage", owner=_DS),
     "offload_optimizer_device": _alias("--offload-optimizer", owner=_DS),
@@ -288,6 +287,8 @@ def translate_launch_args(args: list[str], value_flags: set[str] | frozenset[str
                 take()
         elif kind == "accept":
             value = take()
+            if set(spec.ok) <= {"true", "false"} and value.strip().lower() in ("1", "0", "yes", "no"):
+                value = str(_bool(value, name)).lower()  # Accelerate reads these with str_to_bool
             if value.strip().lower() not in spec.ok:
                 if not spec.offer:
                     raise ConfigError(f"flag {name}: expected {' or '.join(spec.ok)}, got {value!r}")
@@ -467,7 +468,7 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
              "torch.utils.checkpoint in the model")
     if given.get("fsdp_state_dict_type", (None,))[0] is not None:
         raw, where = given["fsdp_state_dict_type"]
-        if str(raw).strip().upper() != "SHARDED_STATE_DICT":
+        if str(raw).strip().upper() not in ("SHARDED_STATE_DICT", "3"):  # 3: torch's StateDictType value
             raise ConfigError(f"{where}: fsdp_state_dict_type {raw} is not supported by acc's fsdp backend: save_state "
                               "writes each process's shard (SHARDED_STATE_DICT), loadable on any number of processes; "
                               "save_model and `acc merge-weights` write the full weights")
@@ -476,6 +477,13 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
                           "backend yet")
     for key in _FSDP1_ONLY:
         if key in given and given[key][0] is not None:
+            raw, where = given[key]
+            if key == "fsdp_backward_prefetch":
+                prefetch = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
+                if str(raw).strip().upper() not in prefetch + ("1", "2", "3"):
+                    raise ConfigError(f"{where}: expected one of {', '.join(prefetch)}, got {raw!r}")
+            else:
+                _bool(raw, where)
             notes.append(f"{given[key][1]}: {key} has no effect: FSDP2, which acc's fsdp backend runs, has no such "
                          "option (Accelerate drops it for FSDP2 too)")
     return out, notes
