@@ -22,6 +22,12 @@ _LAZY = {
     "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
     **{name: ("big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
                                               "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
+    "init_on_device": ("big_model", "init_on_device"),
+    "load_checkpoint_in_model": ("big_model", "load_checkpoint_in_model"),
+    "cpu_offload_with_hook": ("big_model", "cpu_offload_with_hook"),
+    "find_executable_batch_size": ("utils.memory", "find_executable_batch_size"),
+    "is_rich_available": ("utils.imports", "is_rich_available"),
+    "DDPCommunicationHookType": ("enums", "DDPCommunicationHookType"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,4 +55,6 @@ __all__ = [
     "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
     "AccError", "Accelerator", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
     "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
+    "DDPCommunicationHookType", "cpu_offload_with_hook", "find_executable_batch_size", "init_on_device",
+    "is_rich_available", "load_checkpoint_in_model",
 ]

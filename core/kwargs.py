@@ -3,8 +3,10 @@ to the object a backend builds (names as in Hugging Face Accelerate). Torch-free
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from .enums import DDPCommunicationHookType
 
 
 class KwargsHandler:
@@ -27,6 +29,43 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    # a communication hook the ddp backend registers on the wrapped model (not DDP constructor arguments):
+    # `comm_hook` fp16/bf16 compression or (batched) PowerSGD, `comm_wrapper` fp16/bf16 compression around
+    # PowerSGD, `comm_state_option` the PowerSGDState arguments (e.g. matrix_approximation_rank)
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict = field(default_factory=dict)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The DDP constructor arguments that differ from their defaults (the comm_* fields are not among them)."""
+        return {k: v for k, v in super().to_kwargs().items() if not k.startswith("comm_")}
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Register the chosen communication hook on `model` (a DistributedDataParallel); nothing for "no"."""
+        hook_type = DDPCommunicationHookType(self.comm_hook)
+        wrapper_type = DDPCommunicationHookType(self.comm_wrapper)
+        if hook_type is DDPCommunicationHookType.NO:
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        hooks = {
+            DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+            DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
+            DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
+            DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook,
+        }
+        wrappers = {
+            DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
+            DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper,
+        }
+        if wrapper_type is not DDPCommunicationHookType.NO and wrapper_type not in wrappers:
+            raise ValueError(f"comm_wrapper={wrapper_type.value!r}: use 'no', 'fp16' or 'bf16'")
+        hook = hooks[hook_type]
+        if wrapper_type in wrappers:
+            hook = wrappers[wrapper_type](hook)
+        power_sgd = hook_type in (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCHED_POWER_SGD)
+        state = powerSGD_hook.PowerSGDState(None, **self.comm_state_option) if power_sgd else None
+        model.register_comm_hook(state=state, hook=hook)
 
 
 @dataclass

@@ -11,13 +11,32 @@
 Names and arguments follow Accelerate's, so code written for it keeps working. A device map maps
 module (or tensor) names to a GPU index, "cpu" or "disk"; the longest matching name wins. Modules
 placed on "cpu" while a GPU computes, and modules placed on "disk", keep their weights off the
-execution device: a forward pre-hook loads them just in time and a forward hook releases them.
+execution device: a hook loads them just in time for the module's forward and releases them after it.
+The hooks are `acc.hooks` ModelHooks (Accelerate's mechanism): `acc.hooks.remove_hook_from_module(model,
+recurse=True)` removes them, `remove_hooks(model)` removes only these. `cpu_offload_with_hook` moves a
+whole model to the execution device at its forward (diffusers' model CPU offload).
+
+`acc.big_modeling` is this module under Accelerate's name.
 """
 
 from __future__ import annotations
 
+from ..hooks import (
+    AlignDevicesHook,
+    CpuOffload,
+    ModelHook,
+    SequentialHook,
+    UserCpuOffloadHook,
+    add_hook_to_module,
+    attach_align_device_hook,
+    attach_align_device_hook_on_blocks,
+    attach_execution_device_hook,
+    remove_hook_from_module,
+    remove_hook_from_submodules,
+)
 from .dispatch import (
     cpu_offload,
+    cpu_offload_with_hook,
     disk_offload,
     dispatch_model,
     load_checkpoint_and_dispatch,
@@ -37,6 +56,9 @@ from .planner import (
 from .sizes import compute_module_sizes, largest_unit, parse_memory
 
 __all__ = [
+    "AlignDevicesHook", "CpuOffload", "ModelHook", "SequentialHook", "UserCpuOffloadHook", "add_hook_to_module",
+    "attach_align_device_hook", "attach_align_device_hook_on_blocks", "attach_execution_device_hook",
+    "cpu_offload_with_hook", "remove_hook_from_module", "remove_hook_from_submodules",
     "DeviceMap", "DeviceMapError", "check_device_map", "compute_module_sizes", "cpu_offload", "disk_offload",
     "dispatch_model", "get_balanced_memory", "get_max_memory", "infer_auto_device_map", "init_empty_weights",
     "init_on_device", "largest_unit", "load_checkpoint_and_dispatch", "load_checkpoint_in_model", "parse_memory",

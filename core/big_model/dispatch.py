@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..checkpoint import CheckpointError
 from ..errors import AccError
+from ..hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
+                     add_hook_to_module, send_to_device)
 from .files import OffloadFolder, TensorRecord, open_checkpoint
 from .planner import (DeviceMapError, check_device_map, execution_device, get_balanced_memory,
                       infer_auto_device_map, lookup)
 from .sizes import ModelTensors, _as_dtype
 
 _OFFLOADED = "_acc_offloaded"  # model.__dict__: canonical tensor name -> where an offloaded tensor is kept
-_HOOKS = "_acc_hooks"
+_HOOKS = "_acc_hooks"  # model.__dict__: the (module, hook) pairs dispatch_model attached
 Source = torch.Tensor | TensorRecord
 
 
@@ -148,55 +150,76 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
 
 
 # ---------------------------------------------------------------------------------------------- hooks
+# acc.hooks ModelHooks (the mechanism of Accelerate's accelerate.hooks), so remove_hook_from_module removes them too
 
 
-def _to_device(obj: Any, device: torch.device, skip: Iterable[str] = ()) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_to_device(o, device, skip) for o in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device, skip) for o in obj)
-    if isinstance(obj, dict):
-        moved = {k: v if k in skip else _to_device(v, device, skip) for k, v in obj.items()}
-        try:
-            return type(obj)(moved)
-        except TypeError:
-            return moved
-    return obj
-
-
-class _Materialize:
-    """Pre-hook: put a module's offloaded tensors on the execution device; post-hook: put placeholders back."""
+class _Materialize(ModelHook):
+    """Before the forward: put a module's offloaded tensors on the execution device; after: placeholders back."""
 
     def __init__(self, slots: list[tuple[nn.Module, str, bool, Source]], device: torch.device):
-        self.slots, self.device, self.depth = slots, device, 0
+        self.slots, self.execution_device, self.depth = slots, device, 0
         self.placeholders = [(m._parameters if p else m._buffers)[a] for m, a, p, _ in slots]
 
-    def before(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
         self.depth += 1
         if self.depth > 1:
-            return
+            return args, kwargs
         loaded: dict[int, torch.Tensor] = {}
         for (owner, attr, is_param, source), placeholder in zip(self.slots, self.placeholders):
             key = id(source)
             if key not in loaded:  # tied slots of one module load once
-                value = source.read(self.device) if isinstance(source, TensorRecord) else \
-                    source.to(self.device, non_blocking=True)
+                value = source.read(self.execution_device) if isinstance(source, TensorRecord) else \
+                    source.to(self.execution_device, non_blocking=True)
                 loaded[key] = nn.Parameter(value, requires_grad=placeholder.requires_grad) if is_param else value
             (owner._parameters if is_param else owner._buffers)[attr] = loaded[key]
+        return args, kwargs
 
-    def after(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def post_forward(self, module: nn.Module, output: Any) -> Any:
+        self.on_error(module)
+        return output
+
+    def on_error(self, module: nn.Module) -> None:  # also when the forward raised: release the weights
         self.depth -= 1
         if self.depth == 0:
             for (owner, attr, is_param, _), placeholder in zip(self.slots, self.placeholders):
                 (owner._parameters if is_param else owner._buffers)[attr] = placeholder
 
 
+class _MoveInputs(ModelHook):
+    """Before the forward of a device-map entry: its inputs to the device it computes on."""
+
+    def __init__(self, device: torch.device, skip: list[str]):
+        self.execution_device, self.skip = device, skip
+
+    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+        return send_to_device(args, self.execution_device), send_to_device(kwargs, self.execution_device, self.skip)
+
+
+class _ReturnToInputDevice(ModelHook):
+    """On the dispatched model: its output comes back to the device of its first input tensor."""
+
+    def __init__(self, skip: list[str]):
+        self.skip, self.seen = skip, []
+
+    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+        first = next((t for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)), None)
+        self.seen.append(first.device if first is not None else None)
+        return args, kwargs
+
+    def post_forward(self, module: nn.Module, output: Any) -> Any:
+        device = self.seen.pop()
+        return output if device is None else send_to_device(output, device, self.skip)
+
+    def on_error(self, module: nn.Module) -> None:
+        self.seen.pop()
+
+
 def remove_hooks(model: nn.Module) -> None:
-    """Remove the hooks `dispatch_model` attached (offloaded tensors stay on the meta device)."""
-    for handle in model.__dict__.pop(_HOOKS, []):
-        handle.remove()
+    """Remove the hooks `dispatch_model` attached, leaving any other hook of the modules in place (offloaded
+    tensors stay on the meta device). `acc.hooks.remove_hook_from_module(model, recurse=True)` removes
+    them as well, with every other hook."""
+    for module, hook in model.__dict__.pop(_HOOKS, []):
+        _remove_one(module, hook)
 
 
 def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: Any = None,
@@ -258,7 +281,7 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
     if folder is not None:
         folder.flush()
 
-    handles: list[Any] = []
+    plan: dict[str, list[ModelHook]] = {}  # module name -> its hooks, in the order they run
     preload = set(preload_module_classes or [])
     covered: set[str] = set()
     modules = dict(model.named_modules())
@@ -280,50 +303,27 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
                 owner, attr, is_param = _slot(model, full)
                 slots.append((owner, attr, is_param, store[canonical]))
         if slots:
-            hook = _Materialize(slots, main)
-            handles.append(module.register_forward_pre_hook(hook.before, with_kwargs=True))
-            handles.append(module.register_forward_hook(hook.after, with_kwargs=True, always_call=True))
+            plan.setdefault(prefix, []).append(_Materialize(slots, main))
 
     computing = {main if p in ("cpu", "disk") else _device(p) for p in device_map.values()}
     if force_hooks or computing != {torch.device("cpu")}:
         for name, place in device_map.items():
             target = main if place in ("cpu", "disk") else _device(place)
-            entry = modules[name] if name in modules else model.get_submodule(name.rpartition(".")[0])
-
-            def move(module: nn.Module, args: tuple, kwargs: dict, target: torch.device = target) -> tuple:
-                return _to_device(args, target, skip), _to_device(kwargs, target, skip)
-
-            handles.append(entry.register_forward_pre_hook(move, with_kwargs=True, prepend=True))
-        handles.extend(_return_to_input_device(model, skip))
-    model.__dict__[_HOOKS] = handles
+            entry = name if name in modules else name.rpartition(".")[0]  # a tensor's entry moves its module's inputs
+            plan.setdefault(entry, []).insert(0, _MoveInputs(target, skip))
+        plan.setdefault("", []).insert(0, _ReturnToInputDevice(skip))
+    attached = []
+    for name, hooks in plan.items():
+        module = modules[name] if name in modules else model.get_submodule(name)
+        hook = hooks[0] if len(hooks) == 1 else SequentialHook(*hooks)
+        add_hook_to_module(module, hook, append=True)
+        attached.append((module, hook))
+    model.__dict__[_HOOKS] = attached
     model.hf_device_map = dict(device_map)
     return model
 
 
-def _return_to_input_device(model: nn.Module, skip: list[str]) -> list[Any]:
-    seen: list[torch.device | None] = []
-
-    def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        first = next((t for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)), None)
-        seen.append(first.device if first is not None else None)
-
-    def after(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-        device = seen.pop()
-        return output if device is None else _to_device(output, device, skip)
-
-    return [model.register_forward_pre_hook(before, with_kwargs=True, prepend=True),
-            model.register_forward_hook(after, with_kwargs=True, always_call=True)]
-
-
 # ---------------------------------------------------------------------------------------------- entry points
-
-
-def _default_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", 0)
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def cpu_offload(model: nn.Module, execution_device: Any = None, offload_buffers: bool = False,
@@ -334,6 +334,24 @@ def cpu_offload(model: nn.Module, execution_device: Any = None, offload_buffers:
     return dispatch_model(model, {"": "cpu"}, main_device=execution_device or _default_device(),
                           state_dict=state_dict, offload_buffers=offload_buffers,
                           preload_module_classes=preload_module_classes, _offload_cpu=True)
+
+
+def cpu_offload_with_hook(model: nn.Module, execution_device: int | str | torch.device | None = None,
+                          prev_module_hook: UserCpuOffloadHook | None = None) -> tuple[nn.Module, UserCpuOffloadHook]:
+    """Keep `model` in CPU memory and move it whole to `execution_device` (default: first GPU, else Apple's GPU,
+    else cpu) at its forward, where it stays until `hook.offload()`. With `prev_module_hook` (what this
+    returned for the previous model of a pipeline) that model is offloaded just before this one runs:
+
+        text_encoder, hook_1 = cpu_offload_with_hook(text_encoder, "cuda")
+        unet, hook_2 = cpu_offload_with_hook(unet, "cuda", prev_module_hook=hook_1)
+        ...                 # unet's first forward sends text_encoder back to the CPU
+        hook_2.offload()    # the last model is offloaded by hand
+
+    Returns the model and the hook (`offload()`, `remove()`).
+    """
+    hook = CpuOffload(execution_device=execution_device, prev_module_hook=prev_module_hook)
+    add_hook_to_module(model, hook, append=True)
+    return model, UserCpuOffloadHook(model, hook)
 
 
 def disk_offload(model: nn.Module, offload_dir: str | Path, execution_device: Any = None,

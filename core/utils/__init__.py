@@ -1,7 +1,10 @@
 """The names Accelerate users import from `accelerate.utils`, so migrating is changing the import line:
 `from accelerate.utils import ProjectConfiguration, set_seed` -> `from acc.utils import ...`.
 
-Importing this module is torch-free; each name imports what it needs when first touched.
+Accelerate's submodule paths work too (`acc.utils.dataclasses`, `.memory`, `.imports`, `.environment`,
+`.other`, `.operations`, `.modeling`, `.versions`, `.fsdp_utils`), each name being the same object here
+and there. Importing this package is torch-free; each name imports what it needs when first touched.
+To add a name, add one `_LAZY` entry: name -> (module under `acc`, attribute).
 """
 
 from __future__ import annotations
@@ -11,10 +14,94 @@ from typing import TYPE_CHECKING, Any
 from .. import _resolve_lazy
 from ..kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 
+_IMPORTS = (  # acc.utils.imports: the is_*_available checks
+    "is_4bit_bnb_available", "is_8bit_bnb_available", "is_aim_available", "is_bf16_available", "is_bnb_available",
+    "is_boto3_available", "is_clearml_available", "is_comet_ml_available", "is_cuda_available",
+    "is_datasets_available", "is_deepspeed_available", "is_dvclive_available", "is_fp16_available",
+    "is_fp8_available", "is_hpu_available", "is_ipex_available", "is_lomo_available", "is_matplotlib_available",
+    "is_megatron_lm_available", "is_mlflow_available", "is_mlu_available", "is_mps_available", "is_msamp_available",
+    "is_musa_available", "is_npu_available", "is_numpy_available", "is_pandas_available", "is_peft_available",
+    "is_pippy_available", "is_pynvml_available", "is_pytest_available", "is_rich_available",
+    "is_safetensors_available", "is_sagemaker_available", "is_schedulefree_available", "is_sdaa_available",
+    "is_swanlab_available", "is_tensorboard_available", "is_timm_available", "is_torch_xla_available",
+    "is_torchao_available", "is_torchdata_available", "is_torchdata_stateful_dataloader_available",
+    "is_torchvision_available", "is_tpu_available", "is_tqdm_available", "is_trackio_available",
+    "is_transformer_engine_available", "is_transformers_available", "is_triton_available", "is_wandb_available",
+    "is_weights_only_available", "is_xpu_available",
+)
+
 _LAZY = {
     "set_seed": ("seed", "set_seed"),
     "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
     "send_to_device": ("ops", "send_to_device"),
+    # dataclasses: enumerations and the kwargs base class
+    "KwargsHandler": ("kwargs", "KwargsHandler"),
+    "ComputeEnvironment": ("enums", "ComputeEnvironment"),
+    "DDPCommunicationHookType": ("enums", "DDPCommunicationHookType"),
+    "DynamoBackend": ("enums", "DynamoBackend"),
+    "LoggerType": ("enums", "LoggerType"),
+    "PrecisionType": ("enums", "PrecisionType"),
+    "RNGType": ("enums", "RNGType"),
+    # environment
+    "are_libraries_initialized": ("utils.environment", "are_libraries_initialized"),
+    "clear_environment": ("utils.environment", "clear_environment"),
+    "get_int_from_env": ("utils.environment", "get_int_from_env"),
+    "parse_choice_from_env": ("utils.environment", "parse_choice_from_env"),
+    "parse_flag_from_env": ("utils.environment", "parse_flag_from_env"),
+    "patch_environment": ("utils.environment", "patch_environment"),
+    "str_to_bool": ("utils.environment", "str_to_bool"),
+    # imports
+    **{name: ("utils.imports", name) for name in _IMPORTS},
+    # versions
+    "compare_versions": ("utils.versions", "compare_versions"),
+    "is_torch_version": ("utils.versions", "is_torch_version"),
+    # memory
+    "clear_device_cache": ("utils.memory", "clear_device_cache"),
+    "find_executable_batch_size": ("utils.memory", "find_executable_batch_size"),
+    "release_memory": ("utils.memory", "release_memory"),
+    "should_reduce_batch_size": ("utils.memory", "should_reduce_batch_size"),
+    # operations
+    "convert_outputs_to_fp32": ("utils.operations", "convert_outputs_to_fp32"),
+    "convert_to_fp32": ("utils.operations", "convert_to_fp32"),
+    "find_batch_size": ("utils.operations", "find_batch_size"),
+    "find_device": ("utils.operations", "find_device"),
+    "honor_type": ("utils.operations", "honor_type"),
+    "ignorant_find_batch_size": ("utils.operations", "ignorant_find_batch_size"),
+    "is_namedtuple": ("utils.operations", "is_namedtuple"),
+    "is_torch_tensor": ("utils.operations", "is_torch_tensor"),
+    "listify": ("utils.operations", "listify"),
+    "recursively_apply": ("utils.operations", "recursively_apply"),
+    # modeling (the device-map names are acc.big_model's)
+    "check_device_map": ("big_model", "check_device_map"),
+    "compute_module_sizes": ("big_model", "compute_module_sizes"),
+    "get_balanced_memory": ("big_model", "get_balanced_memory"),
+    "get_max_memory": ("big_model", "get_max_memory"),
+    "infer_auto_device_map": ("big_model", "infer_auto_device_map"),
+    "load_checkpoint_in_model": ("big_model", "load_checkpoint_in_model"),
+    "find_tied_parameters": ("utils.modeling", "find_tied_parameters"),
+    "get_max_layer_size": ("utils.modeling", "get_max_layer_size"),
+    "load_state_dict": ("utils.modeling", "load_state_dict"),
+    "named_module_tensors": ("utils.modeling", "named_module_tensors"),
+    "retie_parameters": ("utils.modeling", "retie_parameters"),
+    "set_module_tensor_to_device": ("utils.modeling", "set_module_tensor_to_device"),
+    "PrefixedDataset": ("hooks", "PrefixedDataset"),
+    # other
+    "clean_state_dict_for_safetensors": ("utils.other", "clean_state_dict_for_safetensors"),
+    "convert_bytes": ("utils.other", "convert_bytes"),
+    "extract_model_from_parallel": ("utils.other", "extract_model_from_parallel"),
+    "get_pretty_name": ("utils.other", "get_pretty_name"),
+    "has_compiled_regions": ("utils.other", "has_compiled_regions"),
+    "is_compiled_module": ("utils.other", "is_compiled_module"),
+    "is_port_in_use": ("utils.other", "is_port_in_use"),
+    "load": ("utils.other", "load"),
+    "merge_dicts": ("utils.other", "merge_dicts"),
+    "recursive_getattr": ("utils.other", "recursive_getattr"),
+    "save": ("utils.other", "save"),
+    "write_basic_config": ("utils.other", "write_basic_config"),
+    # fsdp_utils
+    "merge_fsdp_weights": ("utils.fsdp_utils", "merge_fsdp_weights"),
+    # tqdm (the function; acc.utils has no `tqdm` submodule that could shadow it)
+    "tqdm": ("utils._tqdm", "tqdm"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,9 +113,16 @@ if TYPE_CHECKING:  # pragma: no cover
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return _resolve_lazy(globals(), _LAZY, name)
-    raise AttributeError(f"module 'acc.utils' has no attribute {name!r} (acc keeps the accelerate.utils names "
-                         f"{', '.join(sorted(__all__))}; the rest of the API is on Accelerator)")
+    from ..errors import did_you_mean
+
+    raise AttributeError(f"module 'acc.utils' has no attribute {name!r}{did_you_mean(name, list(_LAZY))} (acc keeps "
+                         f"{len(__all__)} of the accelerate.utils names, listed in acc.utils.__all__; the rest of the "
+                         "API is on Accelerator)")
 
 
-__all__ = ["AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
-           "ProjectConfiguration", "send_to_device", "set_seed"]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(["AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
+                  *_LAZY])

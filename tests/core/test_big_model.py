@@ -20,6 +20,7 @@ from acc.big_model import (DeviceMapError, compute_module_sizes, cpu_offload, di
 from acc.big_model.planner import lookup
 from acc.checkpoint import CheckpointError
 from acc.errors import AccError
+from acc.hooks import ModelHook, add_hook_to_module
 from tests.conftest import clean_env
 
 MB = 10**6
@@ -271,7 +272,13 @@ def test_offloaded_weights_are_loaded_just_in_time_and_released(reference, tmp_p
     model = load_checkpoint_and_dispatch(empty_net(), checkpoint, device_map={"": "disk"},
                                          offload_folder=tmp_path / "offload")
     seen = []
-    model.blocks[3].fc1.register_forward_pre_hook(lambda m, args: seen.append(m.weight.device.type))
+
+    class Record(ModelHook):  # chained after the dispatch hook: sees what the forward sees
+        def pre_forward(self, module, *args, **kwargs):
+            seen.append(module.weight.device.type)
+            return args, kwargs
+
+    add_hook_to_module(model.blocks[3].fc1, Record(), append=True)
     assert model.blocks[3].fc1.weight.device.type == "meta"
     with torch.no_grad():
         torch.testing.assert_close(model(ids), expected, rtol=0, atol=1e-5)
@@ -308,7 +315,7 @@ def test_cpu_offload_and_disk_offload_of_a_built_model(reference, tmp_path):
     index = json.loads((tmp_path / "disk" / "index.json").read_text())
     assert "head.weight" not in index and set(index) == {n for n, _ in plain.named_parameters()}
     dispatch_model(model, {"": "cpu"})  # dispatched again: back in memory, no hooks left
-    assert all(p.device.type == "cpu" for p in model.parameters()) and not model.blocks[0].fc1._forward_pre_hooks
+    assert all(p.device.type == "cpu" for p in model.parameters()) and not hasattr(model.blocks[0].fc1, "_hf_hook")
     with torch.no_grad():
         torch.testing.assert_close(model(ids), expected, rtol=0, atol=1e-5)
 
@@ -318,11 +325,12 @@ def test_forced_hooks_move_inputs_and_bring_outputs_back(reference):
     model = Net().eval()
     model.load_state_dict(plain.state_dict())
     dispatch_model(model, {"": "cpu", "blocks.3": "cpu"}, force_hooks=True)
-    assert model._forward_pre_hooks and model.blocks[3]._forward_pre_hooks
+    assert hasattr(model, "_hf_hook") and hasattr(model.blocks[3], "_hf_hook")
     with torch.no_grad():
         torch.testing.assert_close(model(ids), expected, rtol=0, atol=1e-5)
     remove_hooks(model)
-    assert not model._forward_pre_hooks and not model.blocks[3]._forward_pre_hooks
+    assert not hasattr(model, "_hf_hook") and not hasattr(model.blocks[3], "_hf_hook")
+    assert "forward" not in model.__dict__  # the class's own forward again
 
 
 class UsesChildWeight(nn.Module):

@@ -1,0 +1,116 @@
+"""The enumerations Accelerate scripts name (`accelerate.utils.LoggerType`, `PrecisionType`, ...), with
+Accelerate's members, values and base classes, so comparisons behave as they do there. Torch-free.
+
+`BaseEnum` members print as their value (`str(PrecisionType.FP16) == "fp16"`) and the class answers
+`"fp16" in PrecisionType`. The ones Accelerate also derives from `str` (PrecisionType, DynamoBackend,
+ComputeEnvironment) compare equal to their value; the others (LoggerType, RNGType,
+DDPCommunicationHookType) do not, as in Accelerate.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class EnumWithContains(enum.EnumMeta):
+    """`value in SomeEnum` is True when `SomeEnum(value)` exists."""
+
+    def __contains__(cls, item: object) -> bool:
+        try:
+            cls(item)
+        except ValueError:
+            return False
+        return True
+
+
+class BaseEnum(enum.Enum, metaclass=EnumWithContains):
+    """An enum whose members print as their value; `list()` gives every value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def list(cls) -> list[str]:
+        return [str(member) for member in cls]
+
+
+class DDPCommunicationHookType(BaseEnum):
+    """A DDP communication hook: compress gradients to fp16/bf16 for the all-reduce, or PowerSGD."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
+class LoggerType(BaseEnum):
+    """Experiment trackers, by name."""
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    TRACKIO = "trackio"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
+
+
+class PrecisionType(str, BaseEnum):
+    """Mixed-precision modes (acc runs "no", "fp16" and "bf16"; "fp8" is named for compatibility)."""
+
+    NO = "no"
+    FP8 = "fp8"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class RNGType(BaseEnum):
+    """Random-number generators whose states are synchronised or checkpointed."""
+
+    TORCH = "torch"
+    CUDA = "cuda"
+    MLU = "mlu"
+    SDAA = "sdaa"
+    MUSA = "musa"
+    NPU = "npu"
+    XLA = "xla"
+    XPU = "xpu"
+    HPU = "hpu"
+    NEURON = "neuron"
+    GENERATOR = "generator"
+
+
+class ComputeEnvironment(str, enum.Enum):
+    """Where a run is configured to happen."""
+
+    LOCAL_MACHINE = "LOCAL_MACHINE"
+    AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
+
+
+class DynamoBackend(str, BaseEnum):
+    """`torch.compile` backends, by Accelerate's upper-case names."""
+
+    NO = "NO"
+    EAGER = "EAGER"
+    AOT_EAGER = "AOT_EAGER"
+    INDUCTOR = "INDUCTOR"
+    AOT_TS_NVFUSER = "AOT_TS_NVFUSER"
+    NVPRIMS_NVFUSER = "NVPRIMS_NVFUSER"
+    CUDAGRAPHS = "CUDAGRAPHS"
+    OFI = "OFI"
+    FX2TRT = "FX2TRT"
+    ONNXRT = "ONNXRT"
+    TENSORRT = "TENSORRT"
+    AOT_TORCHXLA_TRACE_ONCE = "AOT_TORCHXLA_TRACE_ONCE"
+    TORCHXLA_TRACE_ONCE = "TORCHXLA_TRACE_ONCE"
+    TVM = "TVM"
+    HPU_BACKEND = "HPU_BACKEND"
+    NEURON = "NEURON"
+
+
+__all__ = ["BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType", "DynamoBackend", "EnumWithContains",
+           "LoggerType", "PrecisionType", "RNGType"]

@@ -1,0 +1,138 @@
+"""Operations on nested structures of tensors (Accelerate's `accelerate.utils.operations`): apply a function
+to every tensor, find the batch size, convert to lists or float32. The collectives are acc.Accelerator
+methods (and, as free functions, added here by acc.utils when they exist)."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import torch
+
+from ..ops import send_to_device  # noqa: F401  (accelerate.utils.operations.send_to_device)
+
+
+def is_torch_tensor(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor)
+
+
+def is_namedtuple(data: Any) -> bool:
+    """A tuple with namedtuple's `_asdict` and `_fields`."""
+    return isinstance(data, tuple) and hasattr(data, "_asdict") and hasattr(data, "_fields")
+
+
+def honor_type(obj: Any, generator: Any) -> Any:
+    """The items of `generator` in a container of `obj`'s type (list, tuple, namedtuple, ...)."""
+    if is_namedtuple(obj):
+        return type(obj)(*list(generator))
+    return type(obj)(generator)
+
+
+def recursively_apply(func: Callable, data: Any, *args: Any, test_type: Callable[[Any], bool] = is_torch_tensor,
+                      error_on_other_type: bool = False, **kwargs: Any) -> Any:
+    """`data` with `func(x, *args, **kwargs)` applied to every `x` in it (through lists, tuples and mappings)
+    for which `test_type(x)` holds; other objects stay as they are, or with `error_on_other_type` raise
+    TypeError."""
+    if isinstance(data, (tuple, list)):
+        return honor_type(data, (recursively_apply(func, o, *args, test_type=test_type,
+                                                   error_on_other_type=error_on_other_type, **kwargs) for o in data))
+    if isinstance(data, Mapping):
+        return type(data)({k: recursively_apply(func, v, *args, test_type=test_type,
+                                                error_on_other_type=error_on_other_type, **kwargs)
+                           for k, v in data.items()})
+    if test_type(data):
+        return func(data, *args, **kwargs)
+    if error_on_other_type:
+        raise TypeError(f"Unsupported types ({type(data)}) passed to `{func.__name__}`. Only nested list/tuple/dicts "
+                        f"of objects that are valid for `{test_type.__name__}` should be passed.")
+    return data
+
+
+def find_batch_size(data: Any) -> int:
+    """Dim 0 of the first tensor in `data` (following the first item of lists/tuples and the first value of
+    mappings); ValueError for an empty container, TypeError when it leads to something that is no tensor."""
+    if isinstance(data, (tuple, list, Mapping)) and len(data) == 0:
+        raise ValueError(f"Cannot find the batch size from empty {type(data)}.")
+    if isinstance(data, (tuple, list)):
+        return find_batch_size(data[0])
+    if isinstance(data, Mapping):
+        return find_batch_size(next(iter(data.values())))
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"Can only find the batch size of tensors but got {type(data)}.")
+    return data.shape[0]
+
+
+def ignorant_find_batch_size(data: Any) -> int | None:
+    """find_batch_size, or None where it would raise."""
+    try:
+        return find_batch_size(data)
+    except (ValueError, TypeError):
+        return None
+
+
+def listify(data: Any) -> Any:
+    """`data` with every tensor turned into (nested) Python lists of numbers (bf16 through float32)."""
+
+    def to_list(tensor: torch.Tensor) -> Any:
+        tensor = tensor.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.to(torch.float32)
+        return tensor.tolist()
+
+    return recursively_apply(to_list, data)
+
+
+def find_device(data: Any) -> torch.device | None:
+    """The device of the first tensor in `data` (None without one)."""
+    if isinstance(data, Mapping):
+        data = list(data.values())
+    if isinstance(data, (tuple, list)):
+        for item in data:
+            device = find_device(item)
+            if device is not None:
+                return device
+        return None
+    return data.device if isinstance(data, torch.Tensor) else None
+
+
+def convert_to_fp32(tensor: Any) -> Any:
+    """Every float16/bfloat16 tensor in `tensor` converted to float32."""
+
+    def is_half(t: Any) -> bool:
+        return (isinstance(t, torch.Tensor) or hasattr(t, "dtype")) and t.dtype in (torch.float16, torch.bfloat16)
+
+    return recursively_apply(lambda t: t.float(), tensor, test_type=is_half)
+
+
+class ConvertOutputsToFp32:
+    """`model_forward` whose float16/bfloat16 outputs come back in float32 (not picklable: unwrap the model
+    first)."""
+
+    def __init__(self, model_forward: Callable):
+        self.model_forward = model_forward
+        functools.update_wrapper(self, model_forward)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return convert_to_fp32(self.model_forward(*args, **kwargs))
+
+    def __getstate__(self) -> Any:
+        raise pickle.PicklingError("Cannot pickle a prepared model with automatic mixed precision, please unwrap the "
+                                   "model with `Accelerator.unwrap_model(model)` before pickling it.")
+
+
+def convert_outputs_to_fp32(model_forward: Callable) -> Callable:
+    """Decorator: the forward's half-precision outputs converted to float32 (`__wrapped__` is the original)."""
+    converted = ConvertOutputsToFp32(model_forward)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return converted(*args, **kwargs)
+
+    forward.__wrapped__ = converted  # type: ignore[attr-defined]
+    return forward
+
+
+__all__ = ["ConvertOutputsToFp32", "convert_outputs_to_fp32", "convert_to_fp32", "find_batch_size", "find_device",
+           "honor_type", "ignorant_find_batch_size", "is_namedtuple", "is_torch_tensor", "listify",
+           "recursively_apply", "send_to_device"]
