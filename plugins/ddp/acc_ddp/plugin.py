@@ -119,6 +119,8 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
             continue
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, device_ids=device_ids, **kwargs)
+        if handler:
+            handler.register_comm_hook(ddp)  # DistributedDataParallelKwargs(comm_hook=...), if one was chosen
         ctx.backend_state.setdefault("ddp_models", weakref.WeakSet()).add(ddp)
         wrapped.append(ddp)
     return wrapped, list(optimizers)
