@@ -4,7 +4,6 @@ meaning by `acc launch` and `acc config import`; `acc env` carries what `acceler
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -103,6 +102,17 @@ def test_each_accelerate_spelling_sets_acc_s_setting_and_says_so(script, flags, 
     assert rows[name] == (value, source)
 
 
+def test_tpu_chooses_the_xla_backend(script):
+    from acc.plugins import installed_backends
+
+    result = invoke("launch", "--dry-run", "--tpu", str(script), env={"PJRT_DEVICE": "CPU"})
+    if "xla" in installed_backends():  # the xla lane
+        assert settings_table(result.output)["backend"] == ("xla", "flag --tpu"), result.output
+    else:
+        assert result.exit_code == 2
+        assert "backend 'xla' is not installed" in result.output and "(backend from flag --tpu)" in result.output
+
+
 def test_a_dashed_and_an_underscored_spelling_are_the_same_setting(script):
     under = dry("--use_deepspeed", "--zero_stage", "2", "--mixed_precision", "bf16", str(script))
     dashed = dry("--use-deepspeed", "--zero-stage", "2", "--mixed-precision", "bf16", str(script))
@@ -196,7 +206,6 @@ def test_num_processes_that_does_not_divide_over_the_machines(script):
                                                                  "not supported"]),
     (["--use_fsdp", "--fsdp_state_dict_type", "FULL_STATE_DICT"], ["flag --fsdp_state_dict_type", "SHARDED_STATE_DICT"]),
     (["--tee", "1"], ["flag --tee 1", "use --tee 3"]),
-    (["--tpu"], ["backend 'xla' is not installed", "pip install acc-xla", "(backend from flag --tpu)"]),
     (["--dynamo_backend", "inductor"], ["Accelerate's --dynamo_backend inductor is not supported by acc launch yet",
                                         "torch.compile"]),
     (["--dynamo_mode", "max-autotune"], ["Accelerate's --dynamo_mode is not supported", "torch.compile"]),
@@ -591,4 +600,3 @@ def test_the_translation_keeps_the_script_and_its_arguments(script):
                     "--tee", "3", "--multi_gpu")
     assert result.exit_code == 0, result.output
     assert f"command     python {script} --num_processes 9 --tee 3 --multi_gpu" in result.output
-    assert os.path.basename(str(script)) == "train.py"
