@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from .errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
 from .hookspecs import HOOKSPEC_VERSION, hookimpl
-from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
+from .kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
+                     GradScalerKwargs, InitProcessGroupKwargs)
 from .launch.plan import LaunchPlan, Rendezvous
 from .logging import get_logger
 from .context import ProcessInfo, RunContext
@@ -20,6 +21,7 @@ _LAZY = {
     "Accelerator": ("accelerator", "Accelerator"),
     "set_seed": ("seed", "set_seed"),
     "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
+    "skip_first_batches": ("data", "skip_first_batches"),
     **{name: ("big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
                                               "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
     "init_on_device": ("big_model", "init_on_device"),
@@ -52,7 +54,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs",
+    "AutocastKwargs", "DataLoaderConfiguration", "DistributedDataParallelKwargs", "GradientAccumulationPlugin",
+    "GradScalerKwargs", "InitProcessGroupKwargs",
     "AccError", "Accelerator", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
     "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
     "DDPCommunicationHookType", "cpu_offload_with_hook", "find_executable_batch_size", "init_on_device",

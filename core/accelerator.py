@@ -1,4 +1,6 @@
-"""The facade users call. Names and meaning follow Hugging Face Accelerate, so migrating is one import.
+"""The facade users call. Names, signatures and results follow Hugging Face Accelerate 1.15, so a script
+written for Accelerate trains identically with only its imports changed; acc's own semantics are settings
+(`semantics = "acc"`, see settings.loop_semantics_settings).
 
 This is the only worker-side caller of `pm.hook.*`: every collective, wrap, backward and step goes
 through a hook, so a backend changes behaviour without the facade knowing which backend runs.
@@ -19,9 +21,11 @@ from .assembly import Assembly, assemble_worker
 from .checkpoint import ProjectConfiguration
 from .collectives import CollectivesMixin
 from .context import RunContext
-from .data import PreparedDataLoader
+from .data import DataSettings, PreparedDataLoader
+from .data import skip_first_batches as _skip_first_batches
 from .errors import AccError
-from .kwargs import AutocastKwargs, GradScalerKwargs
+from .kwargs import (AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs,
+                     InitProcessGroupKwargs)
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
 from .plugins import fast_caller
 from .precision import BackendStepper, Precision, check_supported
@@ -31,35 +35,72 @@ _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
     _SCHEDULER_TYPES += (torch.optim.lr_scheduler.ReduceLROnPlateau,)
 
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<not given>", "__bool__": lambda self: False})()
+
 
 class Accelerator(CollectivesMixin, SavingMixin):
     """Runs one training loop on whichever backend the launch (or `ACC_BACKEND`, or a config file) chose.
 
     Arguments given here override the launch settings (a warning says so when they contradict a value
-    that was set explicitly). `plugin_manager` is for tests and embedding: a ready pluggy manager.
+    that was set explicitly). acc's own keyword arguments: `even_batches` (also in `dataloader_config`),
+    `semantics` ("accelerate" or "acc": see the README's "Coming from Accelerate"), and `plugin_manager`
+    (tests and embedding: a ready pluggy manager).
     """
 
     def __init__(
         self,
+        device_placement: bool = True,
+        split_batches: bool = _UNSET,
         mixed_precision: str | None = None,
         gradient_accumulation_steps: int | None = None,
         cpu: bool | None = None,
-        *,
-        split_batches: bool = False,
-        even_batches: bool = True,
-        device_placement: bool = True,
-        kwargs_handlers: list | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        rng_types: list[str] | None = None,
+        log_with: Any = None,
         project_dir: str | None = None,
         project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool | None = None,
+        kwargs_handlers: list | None = None,
+        dynamo_backend: Any = None,
+        dynamo_plugin: Any = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: Any = None,
+        *,
+        even_batches: bool | None = None,
+        semantics: str | None = None,
         plugin_manager: pluggy.PluginManager | None = None,
     ):
+        _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
+                            parallelism_config=parallelism_config, log_with=log_with, dynamo_backend=dynamo_backend,
+                            dynamo_plugin=dynamo_plugin, deepspeed_plugin=deepspeed_plugin or deepspeed_plugins,
+                            fsdp_plugin=fsdp_plugin)
+        if split_batches is not _UNSET:
+            warnings.warn(f"Accelerator(split_batches={split_batches!r}) is ignored, as Accelerate 1.15 ignores it; "
+                          "to split batches pass dataloader_config=DataLoaderConfiguration(split_batches=True)",
+                          stacklevel=2)
+        if gradient_accumulation_plugin is not None:
+            if gradient_accumulation_steps not in (None, 1):
+                raise ValueError("give either gradient_accumulation_steps or gradient_accumulation_plugin, not both "
+                                 f"(got {gradient_accumulation_steps} and {gradient_accumulation_plugin})")
+            gradient_accumulation_steps = gradient_accumulation_plugin.num_steps
+        self.gradient_accumulation_plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration()
         assembly = assemble_worker(pm=plugin_manager)
+        code = {
+            "semantics": semantics,
+            "mixed_precision": mixed_precision,
+            "gradient_accumulation_steps": gradient_accumulation_steps,
+            "cpu": cpu,
+            "scheduler_stepping": None if step_scheduler_with_optimizer in (None, True) else "every_call",
+            **_dataloader_config_settings(self.dataloader_config),
+        }
         settings = assembly.settings
-        for name, value in (
-            ("mixed_precision", mixed_precision),
-            ("gradient_accumulation_steps", gradient_accumulation_steps),
-            ("cpu", cpu),
-        ):
+        for name, value in code.items():
             if value is None:
                 continue
             setting = assembly.registry[name]
@@ -72,14 +113,19 @@ class Accelerator(CollectivesMixin, SavingMixin):
                     f"Accelerator({name}={value!r}) overrides {name}={settings[name]!r} from "
                     f"{settings.source(name)}", stacklevel=2,
                 )
-            settings = settings.override(name, value, f"code Accelerator({name}=...)")
+            settings = settings.override(name, value, f"code Accelerator({name}=...)", assembly.registry)
         self._assembly: Assembly = assembly
         self._pm = assembly.pm
-        self.split_batches = split_batches
-        self.even_batches = even_batches
         self.device_placement = device_placement
-        self.ctx = RunContext(settings=settings, backend=settings["backend"],
-                              kwargs_handlers=list(kwargs_handlers or []))
+        self._even_batches = self.dataloader_config.even_batches if even_batches is None else even_batches
+        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
+        handlers = list(kwargs_handlers or [])
+        _check_handlers(handlers)
+        self.ctx = RunContext(settings=settings, backend=settings["backend"], kwargs_handlers=handlers)
+        init = self.ctx.handler(InitProcessGroupKwargs)
+        if init is not None and init.timeout_seconds() is not None:
+            self.ctx.settings = self.ctx.settings.override("timeout", init.timeout_seconds(),
+                                                           "code InitProcessGroupKwargs(timeout=...)")
         info = self._pm.hook.acc_setup(ctx=self.ctx)
         if info is None:
             raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
@@ -94,16 +140,25 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self._steppers: list[BackendStepper] = []
         self._prepared_for: dict[int, AcceleratedOptimizer] = {}
         self._custom_objects: list[Any] = []
+        self._save_model_state_pre_hook: dict[int, Callable] = {}
+        self._load_model_state_pre_hook: dict[int, Callable] = {}
         self.project_configuration = project_config or ProjectConfiguration()
-        if project_dir is not None:
+        if project_dir is not None and self.project_configuration.project_dir is None:
             self.project_configuration.project_dir = str(project_dir)
-        self._micro_step = 0
+        if self.project_configuration.logging_dir is None:
+            self.project_configuration.logging_dir = self.project_configuration.project_dir
+        self.flag_tensor: torch.Tensor | None = None
         self._ended = False
 
     def _make_precision(self) -> Precision:
         mode, info = self.mixed_precision, self.ctx.process
         if info.native_precision:
             return Precision(mode, info.device, native=True)
+        if mode == "fp16" and info.device.type == "cpu" and not self.settings["fp16_on_cpu"]:
+            _note_once("fp16-cpu", "mixed_precision='fp16' on the CPU trains in float32 here, as Accelerate does (no "
+                       "autocast, no gradient scaler); use 'bf16', or set fp16_on_cpu = true (--fp16-on-cpu) for "
+                       "float16 autocast with a gradient scaler on the CPU", self.is_local_main_process)
+            return Precision("no", info.device)
         check_supported(mode, info.device)
         scaler = None
         if mode == "fp16":
@@ -111,10 +166,25 @@ class Accelerator(CollectivesMixin, SavingMixin):
             scaler = self._pm.hook.acc_grad_scaler(ctx=self.ctx, kwargs=handler.to_kwargs() if handler else {})
         return Precision(mode, info.device, scaler=scaler, autocast_kwargs=self.ctx.handler(AutocastKwargs))
 
+    def _data_settings(self) -> DataSettings:
+        s, cfg = self.settings, self.dataloader_config
+        return DataSettings(split_batches=cfg.split_batches, even_batches=self._even_batches,
+                            last_batch=s["last_batch"], dispatch_batches=cfg.dispatch_batches,
+                            use_seedable_sampler=s["use_seedable_sampler"], data_seed=s["data_seed"],
+                            non_blocking=cfg.non_blocking, resume_data_position=s["resume_data_position"])
+
     # ------------------------------------------------------------------ facts
     @property
     def project_dir(self) -> str | None:
         return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        return self.project_configuration.iteration
 
     @property
     def run_dir(self) -> str | None:
@@ -172,16 +242,77 @@ class Accelerator(CollectivesMixin, SavingMixin):
         return self.settings["mixed_precision"]
 
     @property
+    def native_amp(self) -> bool:
+        """True when the kernel runs prepared models under autocast (Accelerate's name); assign False to turn
+        autocast off (e.g. on a device where it is slow)."""
+        return self._precision.active and self._precision.enabled
+
+    @native_amp.setter
+    def native_amp(self, value: bool) -> None:
+        self._precision.enabled = bool(value)
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self._even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self._even_batches = bool(value)
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.settings["use_seedable_sampler"]
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.settings["resume_data_position"]
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def step_scheduler_with_optimizer(self) -> bool:
+        return self.settings["scheduler_stepping"] != "every_call"
+
+    @property
     def gradient_accumulation_steps(self) -> int:
         return self.settings["gradient_accumulation_steps"]
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        value = self._assembly.registry["gradient_accumulation_steps"].convert(value)
+        self.ctx.settings = self.ctx.settings.override("gradient_accumulation_steps", value,
+                                                       "code accelerator.gradient_accumulation_steps = ...")
 
     @property
     def sync_gradients(self) -> bool:
         return self.ctx.loop.sync_gradients
 
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.ctx.loop.sync_gradients = bool(value)
+
     @property
     def step(self) -> int:
-        """Optimizer steps applied so far."""
+        """Micro-steps (`accumulate` calls) since the end of the last pass over the data, as in Accelerate."""
+        return self.ctx.loop.micro_step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.ctx.loop.micro_step = int(value)
+
+    @property
+    def applied_steps(self) -> int:
+        """Optimizer steps applied so far (a step the fp16 scaler skipped does not count): acc's counter."""
         return self.ctx.loop.step
 
     @property
@@ -194,29 +325,27 @@ class Accelerator(CollectivesMixin, SavingMixin):
         """The fp16 gradient scaler, or None."""
         return self._precision.scaler
 
-    def autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager:
         """This run's autocast context, for code outside the prepared models' forward (e.g. a loss)."""
-        return self._precision.autocast()
+        return self._precision.autocast(autocast_handler)
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, *objects: Any, device_placement: list[bool] | None = None) -> Any:
         """Prepare models, optimizers, data loaders and LR schedulers for this backend; returned in order.
 
-        Anything else is returned unchanged. Data loaders come first (a backend may need their batch size),
-        then models and optimizers of the call together (a sharding backend rebinds optimizers to sharded
-        parameters), then schedulers.
+        Anything else, and anything already prepared, is returned unchanged. Data loaders come first (a backend
+        may need their batch size), then models and optimizers of the call together (a sharding backend rebinds
+        optimizers to sharded parameters), then schedulers.
         """
         if device_placement is not None and len(device_placement) != len(objects):
             raise ValueError(f"device_placement has {len(device_placement)} entries for {len(objects)} objects")
         placement = device_placement or [self.device_placement] * len(objects)
         result: list[Any] = list(objects)
-        model_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module)]
-        opt_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.optim.Optimizer)]
-        for i in opt_idx:
-            if isinstance(objects[i], AcceleratedOptimizer):
-                raise ValueError(f"object #{i} is an optimizer that was already prepared; prepare each object once")
+        fresh = [not getattr(o, "_is_accelerate_prepared", False) for o in objects]
+        model_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module) and fresh[i]]
+        opt_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.optim.Optimizer) and fresh[i]]
         for i, obj in enumerate(objects):
-            if isinstance(obj, torch.utils.data.DataLoader):
+            if isinstance(obj, torch.utils.data.DataLoader) and fresh[i]:
                 result[i] = self.prepare_data_loader(obj, device_placement=placement[i])
         if model_idx or opt_idx:
             models = []
@@ -240,45 +369,75 @@ class Accelerator(CollectivesMixin, SavingMixin):
                 self._optimizers.append(result[i])
                 self._prepared_for[id(old)] = result[i]  # a scheduler built on the user's optimizer finds it
         for i, obj in enumerate(objects):
-            if isinstance(obj, _SCHEDULER_TYPES):
+            if isinstance(obj, _SCHEDULER_TYPES) and fresh[i]:
                 result[i] = self.prepare_scheduler(obj)
+        for i in model_idx + opt_idx:
+            _mark_prepared(result[i])
         return result[0] if len(result) == 1 else tuple(result)
 
-    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Prepare one model (`evaluation_mode`: for inference only, so nothing synchronises its gradients)."""
+        if evaluation_mode:
+            if device_placement is not False and self.device is not None:
+                model = model.to(self.device)
+            self._precision.patch_forward(model)
+            return model
         return self.prepare(model, device_placement=None if device_placement is None else [device_placement])
 
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
-        return self.prepare(optimizer)
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
+                          device_placement: bool | None = None) -> AcceleratedOptimizer:
+        return self.prepare(optimizer, device_placement=None if device_placement is None else [device_placement])
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        if getattr(scheduler, "_is_accelerate_prepared", False):
+            return scheduler
         owners = [o for o in self._optimizers if scheduler.optimizer in (o, o.optimizer)]
         if not owners and id(scheduler.optimizer) in self._prepared_for:
             owners = [self._prepared_for[id(scheduler.optimizer)]]
         if not owners:
             raise ValueError("prepare the scheduler's optimizer first (or in the same prepare call)")
-        prepared = AcceleratedScheduler(scheduler, owners, self.ctx.loop)
+        prepared = AcceleratedScheduler(
+            scheduler, owners, self.ctx.loop, stepping=self.settings["scheduler_stepping"],
+            num_processes=self.num_processes, split_batches=self.split_batches,
+            adjust_scheduler=self.gradient_accumulation_plugin.adjust_scheduler)
         self._schedulers.append(prepared)
+        _mark_prepared(prepared)
         return prepared
 
-    def prepare_data_loader(self, loader: torch.utils.data.DataLoader, device_placement: bool | None = None) -> Any:
+    def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Callable | None = None) -> Any:
+        if getattr(data_loader, "_is_accelerate_prepared", False):
+            return data_loader
+        if slice_fn_for_dispatch is not None:
+            raise AccError("prepare_data_loader(slice_fn_for_dispatch=...) is not supported by acc: dispatched "
+                           "batches are sliced along dim 0; slice in the collate_fn instead")
         place = self.device_placement if device_placement is None else device_placement
-        seed = _shuffle_seed(loader)
-        if self.num_processes > 1:
-            seed = self.broadcast_object(seed, from_process=0)
         prepared = PreparedDataLoader(
-            loader,
+            data_loader,
             num_processes=self.num_processes,
             process_index=self.process_index,
             device=self.device if place else None,
-            seed=seed,
-            split_batches=self.split_batches,
-            even_batches=self.even_batches,
+            settings=self._data_settings(),
+            broadcast_object=self._broadcast_object,
+            rng_types=self.rng_types,
             on_start=self.ctx.loop.active_loaders.append,
             on_end=lambda dl: self.ctx.loop.active_loaders.remove(dl) if dl in self.ctx.loop.active_loaders else None,
         )
         self._dataloaders.append(prepared)
         self.ctx.dataloaders.append(prepared)
-        return self._pm.hook.acc_wrap_dataloader(ctx=self.ctx, loader=prepared)
+        wrapped = self._pm.hook.acc_wrap_dataloader(ctx=self.ctx, loader=prepared)
+        _mark_prepared(wrapped)
+        return wrapped
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that skips the first `num_batches` batches (for the epoch being resumed), as Accelerate's."""
+        inner = getattr(dataloader, "_prepared", dataloader)
+        if self.settings["resume_data_position"] and getattr(inner, "_resume", None) is not None and num_batches:
+            _note_once("double-skip", f"load_state already continues this loader after batch {inner._resume[0]} "
+                       f"(resume_data_position = true); skip_first_batches({num_batches}) skips {num_batches} "
+                       "more. Drop one of the two.", self.is_main_process)
+        return _skip_first_batches(dataloader, num_batches)
 
     # ------------------------------------------------------------------ training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -295,17 +454,23 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self._steppers.append(stepper)
         return lambda opt: self._precision.step(stepper, lambda: stepper.step())
 
+    def _do_sync(self) -> None:
+        """Count one micro-step: gradients sync every k-th one and at the end of the data (Accelerate's rule)."""
+        loop = self.ctx.loop
+        if self.gradient_accumulation_plugin.sync_with_dataloader and loop.end_of_dataloader:
+            loop.micro_step, loop.sync_gradients = 0, True
+        else:
+            loop.micro_step += 1
+            loop.sync_gradients = loop.micro_step % self.gradient_accumulation_steps == 0
+
     @contextlib.contextmanager
     def accumulate(self, *models: Any) -> Iterator[None]:
         """One micro-step: gradients sync (and the optimizer steps) every k-th call and at the end of data."""
-        self._micro_step += 1
+        self._do_sync()
         loop = self.ctx.loop
-        if loop.end_of_dataloader:
-            loop.sync_gradients, self._micro_step = True, 0
-        else:
-            loop.sync_gradients = self._micro_step % self.gradient_accumulation_steps == 0
+        sync_anyway = self.use_distributed and self.gradient_accumulation_plugin.sync_each_batch
         with contextlib.ExitStack() as stack:
-            if not loop.sync_gradients:
+            if not (loop.sync_gradients or sync_anyway):
                 for model in models:
                     stack.enter_context(self._pm.hook.acc_no_sync(ctx=self.ctx, model=model))
             yield
@@ -320,13 +485,24 @@ class Accelerator(CollectivesMixin, SavingMixin):
         for stepper in self._steppers:
             self._precision.unscale(stepper)
 
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Unscale fp16 gradients now (clip_grad_norm_ and the optimizer step do it themselves); no-op otherwise."""
+        wanted = None if optimizer is None else {id(getattr(o, "optimizer", o)) for o in
+                                                 (optimizer if isinstance(optimizer, (list, tuple)) else [optimizer])}
+        for stepper in self._steppers:
+            if wanted is None or id(stepper.optimizer) in wanted:
+                self._precision.unscale(stepper)
+
+    def _clips_now(self) -> bool:
+        return self.sync_gradients or self.settings["clip_on_micro_steps"]
+
     def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor | None:
         """Clip the total gradient norm across all processes (fp16 gradients unscaled first); returns it.
 
-        On accumulation micro-steps (`sync_gradients` False) it does nothing and returns None: the
-        gradients are not complete yet, so their norm means nothing.
+        On accumulation micro-steps it clips the partial gradients, as Accelerate does; with
+        `clip_on_micro_steps = false` (acc's semantics) it does nothing there and returns None.
         """
-        if not self.sync_gradients:
+        if not self._clips_now():
             return None
         self._unscale_all()
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
@@ -335,18 +511,35 @@ class Accelerator(CollectivesMixin, SavingMixin):
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Clamp every gradient to [-clip_value, clip_value] (fp16 gradients unscaled first)."""
-        if not self.sync_gradients:
+        if not self._clips_now():
             return
         self._unscale_all()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
-    def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
+    def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> Any:
         """The user's module without the backend's wrapper (and without the autocast forward, if asked)."""
         inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model)
+        if not keep_torch_compile and hasattr(inner, "_orig_mod"):
+            inner = inner._orig_mod
         if not keep_fp32_wrapper:
             Precision.unpatch(inner)
         return inner
 
+    def set_trigger(self) -> None:
+        """Raise this process's flag; `check_trigger` on every process then returns True (e.g. early stopping)."""
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """True on every process when any process called `set_trigger` since the last check (which resets it)."""
+        if self.flag_tensor is None:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        raised = self.reduce(self.flag_tensor)
+        if raised.item() >= 1:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ process control
     @contextlib.contextmanager
     def main_process_first(self) -> Iterator[None]:
         """The main process runs the block first (e.g. to download or preprocess), then the others."""
@@ -366,14 +559,29 @@ class Accelerator(CollectivesMixin, SavingMixin):
         if leader:
             self.wait_for_everyone()
 
-    def on_main_process(self, fn: Callable) -> Callable:
-        """Decorator: run `fn` on the main process only (returns None elsewhere)."""
+    def on_main_process(self, function: Callable | None = None) -> Callable:
+        """Decorator: run `function` on the main process only (returns None elsewhere)."""
+        return _only_on(self, function, lambda: self.is_main_process)
 
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return fn(*args, **kwargs) if self.is_main_process else None
+    def on_local_main_process(self, function: Callable | None = None) -> Callable:
+        """Decorator: run `function` on each machine's local main process only."""
+        return _only_on(self, function, lambda: self.is_local_main_process)
 
-        return wrapper
+    def on_last_process(self, function: Callable) -> Callable:
+        """Decorator: run `function` on the last process only."""
+        return _only_on(self, function, lambda: self.is_last_process)
+
+    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
+        """Decorator: run `function` on the process with global index `process_index` only."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return _only_on(self, function, lambda: self.process_index == process_index)
+
+    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
+        """Decorator: run `function` on the process with local index `local_process_index` only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return _only_on(self, function, lambda: self.local_process_index == local_process_index)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """`print` on the local main process only."""
@@ -386,17 +594,75 @@ class Accelerator(CollectivesMixin, SavingMixin):
             self._ended = True
             self._pm.hook.acc_teardown(ctx=self.ctx)
 
+    def __deepcopy__(self, memo: dict) -> "Accelerator":
+        return self  # one Accelerator per process, as in Accelerate
+
     def __repr__(self) -> str:
         return (f"Accelerator(backend={self.backend!r}, device={self.device}, process {self.process_index} of "
                 f"{self.num_processes}, mixed_precision={self.mixed_precision!r})")
 
 
-def _shuffle_seed(loader: Any) -> int:
-    """A seed for the loader's shuffling: its own generator's, else torch's initial seed (set_seed sets it)."""
-    sampler = getattr(loader, "sampler", None)
-    gen = getattr(sampler, "generator", None) or getattr(loader, "generator", None)
-    seed = gen.initial_seed() if gen is not None else torch.initial_seed()
-    return int(seed) % (2**63)
+def _only_on(accelerator: Accelerator, function: Callable | None, here: Callable[[], bool]) -> Callable:
+    if function is None:
+        return lambda f: _only_on(accelerator, f, here)
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs) if here() else None
+
+    return wrapper
+
+
+def _mark_prepared(obj: Any) -> None:
+    try:
+        obj._is_accelerate_prepared = True
+    except (AttributeError, TypeError):
+        pass
+
+
+def _dataloader_config_settings(config: DataLoaderConfiguration) -> dict[str, Any]:
+    """The settings a DataLoaderConfiguration sets (its fields left at their defaults set nothing)."""
+    return {
+        "use_seedable_sampler": True if config.use_seedable_sampler else None,
+        "data_seed": config.data_seed,
+        "resume_data_position": True if config.use_stateful_dataloader else None,
+    }
+
+
+def _check_handlers(handlers: list) -> None:
+    from .kwargs import KwargsHandler
+
+    seen: set[type] = set()
+    for handler in handlers:
+        if not isinstance(handler, KwargsHandler):
+            raise TypeError(f"kwargs_handlers: {handler!r} is not a kwargs handler (e.g. DistributedDataParallelKwargs,"
+                            " GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs)")
+        if type(handler) in seen:
+            raise ValueError(f"kwargs_handlers: only one {type(handler).__name__} may be given")
+        seen.add(type(handler))
+
+
+def _refuse_unsupported(**arguments: Any) -> None:
+    """Arguments acc does not take yet: an error that names them (never silently ignored)."""
+    given = [name for name, value in arguments.items() if value is not None]
+    if given:
+        raise AccError(f"Accelerator({', '.join(f'{n}=...' for n in given)}): not supported by acc yet; acc "
+                       "configures backends through launch settings (acc launch --backend fsdp|deepspeed and their "
+                       "flags, or acc.toml)")
+
+
+_NOTED: set[str] = set()
+
+
+def _note_once(key: str, message: str, show: bool) -> None:
+    """One line on one process, once per process (for differences a user should know about)."""
+    if key in _NOTED:
+        return
+    _NOTED.add(key)
+    if show:
+        import sys
+
+        print(f"acc: {message}", file=sys.stderr)
 
 
 def _move_optimizer_state(optimizer: Any, device: Any) -> None:

@@ -55,6 +55,7 @@ CHECKS = (
     "gradients identical across processes after a sync step",
     "metric gathering sees every evaluation sample exactly once",
     "save/load round-trip reproduces the next step's loss",
+    "data position after load_state follows the run's semantics",
 )
 
 
@@ -99,13 +100,13 @@ def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: di
                 expected_device: str | None) -> None:
 
     current["name"] = CHECKS[0]
-    ranks = acc.gather_object(rank)
+    ranks = acc._gather_objects(rank)
     want_world = expected_world or world
     check("processes started, ranks unique", sorted(ranks) == list(range(want_world)) and world == want_world,
           f"{world} processes, ranks {sorted(ranks)}", f"{want_world} processes, ranks 0..{want_world - 1}")
 
     current["name"] = CHECKS[1]
-    places = acc.gather_object((socket.gethostname(), acc.local_process_index, str(acc.device)))
+    places = acc._gather_objects((socket.gethostname(), acc.local_process_index, str(acc.device)))
     accelerators = [(host, dev) for host, _, dev in places if not dev.startswith("cpu")]
     kinds = sorted({dev.split(":")[0] for _, _, dev in places})
     device_ok = len(accelerators) == len(set(accelerators)) and (expected_device is None or kinds == [expected_device])
@@ -125,10 +126,10 @@ def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: di
     it = iter(loader)
     for _ in range(STEPS):
         x, y = next(it)
-        sizes.append(acc.gather_object(int(x.shape[0])))
+        sizes.append(acc._gather_objects(int(x.shape[0])))
         loss = nn.functional.mse_loss(model(x), y)
         acc.backward(loss)
-        fingerprints = acc.gather_object(_fingerprint(acc.unwrap_model(model)))
+        fingerprints = acc._gather_objects(_fingerprint(acc.unwrap_model(model)))
         grads_agree.append(all(fp == fingerprints[0] for fp in fingerprints))
         opt.step()
         opt.zero_grad()
@@ -169,20 +170,31 @@ def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: di
     directory = acc.broadcast_object(directory)
     acc.save_state(Path(directory) / "ckpt")
 
-    def next_step_loss() -> float:
-        x, y = next(it)
+    def step_loss(x: torch.Tensor, y: torch.Tensor) -> float:
         loss = nn.functional.mse_loss(model(x), y)
         acc.backward(loss)
         opt.step()
         opt.zero_grad()
         return float(acc.reduce(loss.detach().float(), "mean"))
 
-    before = next_step_loss()
+    x, y = next(it)  # the batch after the save
+    before = step_loss(x, y)
     acc.load_state(Path(directory) / "ckpt")
-    it = iter(loader)  # the loader resumes at the saved position
-    after = next_step_loss()
+    after = step_loss(x, y)  # model, optimizer (and RNG) as saved: the same step gives the same loss
     check("save/load round-trip reproduces the next step's loss", before == after, f"{after!r} after load",
           f"{before!r} (bitwise)")
+
+    current["name"] = CHECKS[7]
+    exact = acc.settings["resume_data_position"]
+    x_next, _ = next(iter(loader))
+    epoch, taken = loader.position()
+    if exact:  # acc's exact resume: the data continue with the batch that followed the save
+        ok, measured = torch.equal(x_next, x) and taken == STEPS + 1, f"continued with batch {taken} of epoch {epoch}"
+        expected = f"batch {STEPS + 1} (the one after the save), resume_data_position = true"
+    else:  # Accelerate's: the epoch starts again (scripts skip what they trained, with skip_first_batches)
+        ok, measured = taken == 1, f"started again at batch {taken} of epoch {epoch}"
+        expected = "batch 1 of the epoch (resume_data_position = false: the script skips batches itself)"
+    check("data position after load_state follows the run's semantics", ok, measured, expected)
     acc.wait_for_everyone()
     if acc.is_main_process:
         import shutil

@@ -1,9 +1,17 @@
-"""The facade's collectives: every one goes through the backend's reduce hooks; the structure handling
-(nested data, uneven sizes, padding removal) is kernel code in ops.py."""
+"""The facade's collectives, with Hugging Face Accelerate's results: every one goes through the backend's
+reduce hooks; the structure handling (nested data, uneven sizes, padding removal) is kernel code in ops.py.
+
+Accelerate's shapes: `gather` concatenates along dim 0 (a 0-d tensor becomes 1-d on several processes and stays
+as it is on one); `gather_object` returns one flat list of every process's items (each process's list is
+unpacked one level; on one process the object itself); `reduce` applies `scale` only on XLA (elsewhere it
+warns that it ignores it); `broadcast` writes into the tensors it was given. Tensors that require grad can be
+gathered and broadcast: the collective works on their values and returns tensors without history.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -17,56 +25,103 @@ class CollectivesMixin:
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return self._pm.hook.acc_all_gather(ctx=self.ctx, tensor=tensor)
 
-    def gather(self, tensor: Any) -> Any:
-        """Every process's tensors (nested structures too), concatenated along dim 0 in process order."""
-        return ops.gather(tensor, self._all_gather, self.num_processes)
-
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """`gather`, minus the samples that padded the last round, so evaluation sees each sample once."""
-        tensors = ops.leaves(input_data)
-        if use_gather_object or not tensors:
-            data = [x for part in self.gather_object(input_data) for x in (part if isinstance(part, list) else [part])]
-        else:
-            data = self.gather(input_data)
-        loader = self.ctx.loop.active_loader
-        if loader is None or not loader.end_of_dataloader or not loader.padded_last_round:
-            return data
-        keep = loader.real_in_last_round
-        if isinstance(data, list) and (use_gather_object or not tensors):
-            return data[:keep]
-        return ops.slice_batch(data, slice(0, keep))
-
-    def gather_object(self, obj: Any) -> list:
-        """A list with every process's (picklable) object, in process order."""
+    def _gather_objects(self, obj: Any) -> list:
+        """Every process's object, one list entry per process, in process order."""
         return self._pm.hook.acc_gather_object(ctx=self.ctx, obj=obj)
 
+    def _broadcast_object(self, obj: Any, src: int) -> Any:
+        return self._pm.hook.acc_broadcast_object(ctx=self.ctx, obj=obj, src=src)[0]
+
+    def gather(self, tensor: Any) -> Any:
+        """Every process's tensors (nested structures too), concatenated along dim 0 in process order."""
+        if self.num_processes == 1:
+            return tensor
+        return ops.gather(ops.apply(lambda t: t.detach(), tensor), self._all_gather, self.num_processes)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """`gather`, minus the samples added to even out the last round, so evaluation sees each sample once."""
+        if use_gather_object or not ops.all_tensors(input_data):
+            data = self.gather_object(input_data)
+            use_gather_object = True
+        else:
+            data = self.gather(input_data)
+        loop = self.ctx.loop
+        if not loop.end_of_dataloader:
+            return data
+        keep = loop.remainder
+        if keep <= 0:  # -1: the data had no length (nothing to drop that acc knows of); 0: nothing was added
+            return data
+        if use_gather_object:
+            return data[:keep]
+        return ops.apply(lambda t: t[:keep], data)
+
+    def gather_object(self, obj: Any) -> Any:
+        """Every process's picklable object in one flat list (a list from each process is unpacked one level);
+        on one process, the object itself."""
+        if self.num_processes == 1:
+            return obj
+        return flatten_one_level(self._gather_objects(obj))
+
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        """Reduce every tensor in `tensor` across processes ("sum", "mean", "max", "min")."""
-        if reduction not in ops.REDUCE_OPS:
-            raise ValueError(f"reduction {reduction!r} is not one of {', '.join(ops.REDUCE_OPS)}")
+        """Reduce every tensor in `tensor` across processes: "sum", "mean", "max" (and acc's "min").
+
+        As in Accelerate, `scale` is applied on XLA only (elsewhere a warning says it was ignored) and
+        "none" sums, as Accelerate 1.15 does on every multi-process backend (its documentation says "no
+        operation"); on one process every reduction returns a copy.
+        """
+        if reduction not in ops.REDUCE_OPS + ("none",):
+            raise ValueError(f"reduction {reduction!r} is not one of {', '.join(ops.REDUCE_OPS + ('none',))}")
+        if scale != 1.0 and not self._scale_applies():
+            warnings.warn(f"reduce(scale={scale}) is ignored, as Accelerate ignores it except on XLA; multiply the "
+                          "result instead", stacklevel=2)
+        if self.num_processes == 1:
+            return ops.apply(lambda t: t.clone(), tensor)
+        op = "sum" if reduction == "none" else reduction
+        apply_scale = scale != 1.0 and self._scale_applies()
 
         def one(t: torch.Tensor) -> torch.Tensor:
-            out = self._pm.hook.acc_all_reduce(ctx=self.ctx, tensor=t.clone(), op=reduction)
-            return out * scale if scale != 1.0 else out
+            out = self._pm.hook.acc_all_reduce(ctx=self.ctx, tensor=t.detach().clone(), op=op)
+            return out * scale if apply_scale else out
 
         return ops.apply(one, tensor)
 
+    def _scale_applies(self) -> bool:
+        return str(getattr(self.distributed_type, "value", self.distributed_type)).upper().startswith("XLA")
+
     def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
-        """Process `from_process`'s tensors on every process."""
-        return ops.apply(lambda t: self._pm.hook.acc_broadcast(ctx=self.ctx, tensor=t, src=from_process), tensor)
-
-    def broadcast_object(self, obj: Any, from_process: int = 0) -> Any:
-        """Process `from_process`'s picklable object on every process."""
-        return self._pm.hook.acc_broadcast_object(ctx=self.ctx, obj=obj, src=from_process)[0]
-
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
-        """Pad each tensor along `dim` to the largest size any process has."""
+        """Process `from_process`'s tensors on every process, written into the tensors given (returned)."""
+        if self.num_processes == 1:
+            return tensor
 
         def one(t: torch.Tensor) -> torch.Tensor:
-            if t.dim() == 0 or dim >= t.dim():
+            out = self._pm.hook.acc_broadcast(ctx=self.ctx, tensor=t.detach(), src=from_process)
+            with torch.no_grad():
+                t.copy_(out)
+            return t
+
+        return ops.apply(one, tensor)
+
+    def broadcast_object(self, obj: Any, from_process: int = 0) -> Any:
+        """Process `from_process`'s picklable object on every process (acc's)."""
+        if self.num_processes == 1:
+            return obj
+        return self._broadcast_object(obj, from_process)
+
+    def broadcast_object_list(self, object_list: list, from_process: int = 0) -> list:
+        """Process `from_process`'s list on every process, written into `object_list` (returned)."""
+        if self.num_processes > 1:
+            object_list[:] = self._broadcast_object(list(object_list), from_process)
+        return object_list
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
+        """Pad each tensor along `dim` to the largest size any process has (tensors without that dim unchanged)."""
+
+        def one(t: torch.Tensor) -> torch.Tensor:
+            if getattr(t, "is_nested", False) or not -t.dim() <= dim < t.dim():
                 return t
-            sizes = self.gather_object(t.shape[dim])
-            return ops.pad_to(t, max(sizes), dim, pad_index, pad_first)
+            axis = dim % t.dim()
+            sizes = self._gather_objects(t.shape[axis]) if self.num_processes > 1 else [t.shape[axis]]
+            return ops.pad_to(t, max(sizes), axis, pad_index, pad_first)
 
         return ops.apply(one, tensor)
 
@@ -75,20 +130,46 @@ class CollectivesMixin:
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
-        """This process's contiguous share of a list, tuple, tensor or dict of them."""
-        yield _split(inputs, self.num_processes, self.process_index, apply_padding)
+        """This process's contiguous share of a list, tuple, tensor, `datasets.Dataset` or dict of them."""
+        yield split(inputs, self.num_processes, self.process_index, apply_padding)
 
 
+def flatten_one_level(parts: list) -> list:
+    """Accelerate's gather_object result: the items of each process's list (or the object itself), in order."""
+    out: list = []
+    for part in parts:
+        if isinstance(part, (list, tuple)):
+            out.extend(part)
+        else:
+            out.append(part)
+    return out
 
-def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
+
+def split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
+    """Process `index`'s contiguous share of `inputs` (the first `len % n` processes get one more)."""
+    if n == 1:
+        return inputs
     if isinstance(inputs, dict):
-        return {k: _split(v, n, index, apply_padding) for k, v in inputs.items()}
+        lengths = {len(v) for v in inputs.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"split_between_processes: all values of the dict must have the same length, got "
+                             f"{ {k: len(v) for k, v in inputs.items()} }")
+        return {k: split(v, n, index, apply_padding) for k, v in inputs.items()}
     length = len(inputs)
     per, extra = divmod(length, n)
     start = index * per + min(index, extra)
     end = start + per + (1 if index < extra else 0)
+    target = per + (1 if extra else 0)
+    if callable(getattr(inputs, "select", None)) and not isinstance(inputs, (list, tuple, torch.Tensor)):
+        rows = list(range(min(start, length), min(end, length)))  # a datasets.Dataset stays a Dataset
+        if apply_padding and length:
+            rows += [length - 1] * (target - len(rows))
+        return inputs.select(rows)
     part = inputs[start:end]
-    if apply_padding and extra and index >= extra and length:
-        last = inputs[-1:] if not isinstance(inputs, torch.Tensor) else inputs[-1:]
-        part = torch.cat([part, last]) if isinstance(part, torch.Tensor) else part + last
+    if apply_padding and length and len(part) < target:
+        missing = target - len(part)
+        if isinstance(part, torch.Tensor):
+            part = torch.cat([part, inputs[-1:].expand(missing, *inputs.shape[1:])])
+        else:
+            part = part + type(part)([inputs[-1]] * missing)
     return part

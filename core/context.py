@@ -34,7 +34,8 @@ class LoopState:
     """Training-loop facts the kernel keeps and backends may read (e.g. whether this micro-step syncs)."""
 
     sync_gradients: bool = True
-    step: int = 0  # completed optimizer steps
+    step: int = 0  # applied optimizer steps (a step skipped by the fp16 scaler does not count)
+    micro_step: int = 0  # Accelerate's `accelerator.step`: micro-steps since the last end of the data
     active_loaders: list = field(default_factory=list)  # innermost last
 
     @property
@@ -45,6 +46,12 @@ class LoopState:
     def end_of_dataloader(self) -> bool:
         loader = self.active_loader
         return bool(loader is not None and loader.end_of_dataloader)
+
+    @property
+    def remainder(self) -> int:
+        """Real samples in the last global batch of the active loader's pass (-1: unknown or no loader)."""
+        loader = self.active_loader
+        return getattr(loader, "remainder", -1) if loader is not None else -1
 
 
 @dataclass

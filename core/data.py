@@ -1,217 +1,120 @@
-"""Prepared data loaders: each process gets its own share of every epoch, on its device.
+"""Prepared data loaders: each process gets its share of every epoch, on its device.
 
-Map-style datasets are sharded at the batch sampler (each process loads only its samples): the
-original batches are dealt round-robin, batch i to process i % N, so one round of N batches is the
-global batch and gathering a round restores dataset order. Iterable datasets are sharded after
-batching (every process reads the stream; each keeps its batches), as they cannot be indexed.
+By default a prepared loader yields, on every rank, the batches Hugging Face Accelerate 1.15 yields for the
+same script and seed (`sharding.py` says how batches are dealt):
 
-`even_batches` (default) completes the last round with whole batches of samples from the start of the
-epoch, so every process takes the same number of steps (the data's short last batch stays short, as in a
-plain DataLoader; with `split_batches` it is padded to full size so no process gets an empty share);
-the loader records how many samples of that round are real, so
-`gather_for_metrics` can drop the padding. Shuffling uses a generator reseeded with
-`seed + epoch` at each epoch, with the seed agreed across processes, so all processes see the same
-permutation (no `set_epoch` needed) and a run on 1 process sees the same global batches as on N.
+- shuffling: with more than one process, the loader's sampler gets a generator seeded from torch's global RNG
+  at `prepare`, and at the start of every pass rank 0's generator state is sent to every rank (the
+  `rng_types` of `Accelerator`, default `["generator"]`), so all ranks draw the same permutation. On one
+  process the user's sampler runs untouched. `use_seedable_sampler` instead shuffles epoch e with
+  `data_seed + e` (acc's preset): the order then depends only on the seed and the epoch.
+- iterable datasets are read by the main process and dispatched (each rank gets its slice of N batches), unless
+  `dispatch_batches=False`, where each rank reads the stream and keeps its slice.
+- `iteration` (the epoch number given to `set_epoch`) advances when a pass completes.
+
+With `resume_data_position` (acc's exact resume), a checkpoint also records where the data stream stood (the
+pass, the batches already taken, the shuffling state of that pass), and `load_state` continues there.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
+import copy
+import inspect
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from . import ops
-
-
-def shard_length(batches: int, processes: int, index: int, split: bool, drop_last: bool, even: bool) -> int:
-    """How many batches process `index` of `processes` takes from an epoch of `batches` batches."""
-    if split:
-        return batches
-    if drop_last:
-        return batches // processes
-    if even:
-        return math.ceil(batches / processes)
-    return batches // processes + (1 if index < batches % processes else 0)
-
-
-class ShardedBatchSampler:
-    """Deals the batches of `batch_sampler` to `num_processes` processes; this one takes `process_index`'s."""
-
-    def __init__(
-        self,
-        batch_sampler: Any,
-        num_processes: int,
-        process_index: int,
-        split_batches: bool = False,
-        even_batches: bool = True,
-        drop_last: bool = False,
-    ):
-        self.batch_sampler = batch_sampler
-        self.num_processes = num_processes
-        self.process_index = process_index
-        self.split_batches = split_batches
-        self.even_batches = even_batches
-        self.drop_last = drop_last
-        self.batch_size = getattr(batch_sampler, "batch_size", None)
-        if split_batches and self.batch_size is not None and self.batch_size % num_processes:
-            raise ValueError(
-                f"split_batches=True needs a batch size divisible by the number of processes; "
-                f"got batch size {self.batch_size} on {num_processes} processes"
-            )
-        # facts about the last epoch iterated, for gather_for_metrics
-        self.padded_last_round = False
-        self.real_in_last_round = 0
-
-    def __len__(self) -> int:
-        return shard_length(len(self.batch_sampler), self.num_processes, self.process_index, self.split_batches,
-                            self.drop_last, self.even_batches)
-
-    def _padding(self, first_indices: list, used: int, count: int) -> list:
-        """`count` indices from the start of the epoch, continuing after the first `used` of them."""
-        cycle = itertools.islice(itertools.cycle(first_indices), used, used + count)
-        return list(cycle)
-
-    def __iter__(self) -> Iterator[list]:
-        self.padded_last_round = False
-        self.real_in_last_round = 0
-        w, r = self.num_processes, self.process_index
-        first: list = []  # the first indices of the epoch, the pool padding is drawn from
-        size = self.batch_size
-        if self.split_batches:
-            for batch in self.batch_sampler:
-                batch = list(batch)
-                size = size or len(batch)
-                if len(first) < size:
-                    first.extend(batch[: size - len(first)])
-                real = len(batch)
-                if real < size:
-                    batch = batch + self._padding(first, 0, size - real)
-                    self.padded_last_round, self.real_in_last_round = True, real
-                per = size // w
-                yield batch[r * per : (r + 1) * per]
-            return
-        round_: list[list] = []
-        for batch in self.batch_sampler:
-            batch = list(batch)
-            size = size or len(batch)
-            if len(first) < size * w:
-                first.extend(batch[: size * w - len(first)])
-            round_.append(batch)
-            if len(round_) == w:
-                yield round_[r]
-                round_ = []
-        if not round_ or self.drop_last:
-            return
-        real = sum(len(b) for b in round_)
-        if not self.even_batches:
-            if r < len(round_):
-                yield round_[r]
-            return
-        used = 0  # the short last batch stays short, as in a plain DataLoader; missing batches are added
-        while len(round_) < w:
-            round_.append(self._padding(first, used, size))
-            used += size
-        self.padded_last_round, self.real_in_last_round = True, real
-        yield round_[r]
-
-
-class _IterableShard:
-    """Batch-level sharding of a loader over an iterable dataset (every process reads the stream)."""
-
-    def __init__(self, loader: DataLoader, num_processes: int, process_index: int, split_batches: bool,
-                 even_batches: bool, drop_last: bool):
-        self.loader = loader
-        self.num_processes = num_processes
-        self.process_index = process_index
-        self.split_batches = split_batches
-        self.even_batches = even_batches
-        self.drop_last = drop_last
-        self.padded_last_round = False
-        self.real_in_last_round = 0
-
-    def __len__(self) -> int:  # TypeError when the stream has no length, as in torch
-        return shard_length(len(self.loader), self.num_processes, self.process_index, self.split_batches,
-                            self.drop_last, self.even_batches)
-
-    def __iter__(self) -> Iterator[Any]:
-        self.padded_last_round = False
-        w, r = self.num_processes, self.process_index
-        first = None
-        size = self.loader.batch_size
-        if self.split_batches:
-            for batch in self.loader:
-                first = batch if first is None else first
-                size = size or ops.batch_size(batch)
-                if size % w:
-                    raise ValueError(f"split_batches=True needs a batch size divisible by {w} processes; got {size}")
-                real = ops.batch_size(batch)
-                if real < size:
-                    batch = _pad_batch(batch, first, size)
-                    self.padded_last_round, self.real_in_last_round = True, real
-                per = size // w
-                yield ops.slice_batch(batch, slice(r * per, (r + 1) * per))
-            return
-        round_: list = []
-        for batch in self.loader:
-            first = batch if first is None else first
-            size = size or ops.batch_size(batch)
-            round_.append(batch)
-            if len(round_) == w:
-                yield round_[r]
-                round_ = []
-        if not round_ or self.drop_last:
-            return
-        if not self.even_batches:
-            if r < len(round_):
-                yield round_[r]
-            return
-        real = sum(ops.batch_size(b) for b in round_)
-        while len(round_) < w:
-            round_.append(_pad_batch(ops.slice_batch(first, slice(0, 0)), first, size))
-        self.padded_last_round, self.real_in_last_round = True, real
-        yield round_[r]
-
-
-def _pad_batch(batch: Any, pool: Any, size: int) -> Any:
-    """`batch` extended to `size` samples with samples from `pool` (the epoch's first batch), cycled."""
-    have = ops.batch_size(batch)
-    parts = [batch]
-    pool_size = ops.batch_size(pool)
-    while have < size:
-        take = min(pool_size, size - have)
-        parts.append(ops.slice_batch(pool, slice(0, take)))
-        have += take
-    return ops.concatenate(parts) if len(parts) > 1 else batch
-
+from .sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
 
 _LOADER_ARGS = (
     "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
-    "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
+    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
 )
 
 
-def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
-    import inspect
+@dataclass(frozen=True)
+class DataSettings:
+    """What a prepared loader needs to know about the run (from settings and `DataLoaderConfiguration`)."""
 
+    split_batches: bool = False
+    even_batches: bool = True
+    last_batch: str = "fill"
+    dispatch_batches: bool | None = None
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+    resume_data_position: bool = False
+
+
+def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
     accepted = inspect.signature(DataLoader.__init__).parameters
     kwargs = {}
     for name in _LOADER_ARGS:
         if name in accepted and hasattr(loader, name):
-            value = getattr(loader, name)
             if name == "prefetch_factor" and loader.num_workers == 0:
                 continue
-            kwargs[name] = value
+            kwargs[name] = getattr(loader, name)
     return kwargs
+
+
+def draw_seed() -> int:
+    """A seed drawn from torch's global RNG, as a RandomSampler without a generator draws one."""
+    return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
+def synchronize_generator(generator: torch.Generator, broadcast_object: Callable[[Any, int], Any]) -> None:
+    """Give `generator` rank 0's state on every rank."""
+    generator.set_state(broadcast_object(generator.get_state(), 0))
+
+
+def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | None,
+                           broadcast_object: Callable[[Any, int], Any]) -> None:
+    """Rank 0's state for each RNG named in `rng_types` ("torch", "cuda", "mps", "generator") on every rank."""
+    for kind in rng_types:
+        kind = str(getattr(kind, "value", kind))
+        if kind == "generator":
+            if generator is not None:
+                synchronize_generator(generator, broadcast_object)
+        elif kind == "torch":
+            torch.set_rng_state(broadcast_object(torch.get_rng_state(), 0))
+        elif kind == "cuda" and torch.cuda.is_available():
+            torch.cuda.set_rng_state(broadcast_object(torch.cuda.get_rng_state(), 0))
+        elif kind == "mps" and torch.backends.mps.is_available():
+            torch.mps.set_rng_state(broadcast_object(torch.mps.get_rng_state(), 0))
+        elif kind not in ("cuda", "mps", "xla"):
+            raise ValueError(f"rng_types: unknown RNG {kind!r}; valid: torch, cuda, mps, xla, generator")
+
+
+def inner_sampler(loader: DataLoader) -> Any:
+    """The index sampler under a loader's batching (the one that shuffles), or None."""
+    if isinstance(loader.sampler, BatchSampler):
+        return getattr(loader.sampler, "sampler", None)
+    return getattr(loader.batch_sampler, "sampler", None)
+
+
+def _set_inner_sampler(loader: DataLoader, sampler: Any) -> None:
+    holder = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
+    holder.sampler = sampler
+
+
+@dataclass
+class _Progress:
+    """Where the stream of a loader (and of its `skip_first_batches` copies) stands, for checkpoints."""
+
+    epoch: int = 0
+    batches: int = 0
+    iterating: bool = False
 
 
 class PreparedDataLoader:
     """What `Accelerator.prepare` returns for a DataLoader.
 
-    Iterating yields this process's batches on `device`. While the last batch of an epoch is out,
-    `end_of_dataloader` is True and `padded_last_round` / `real_in_last_round` describe that round.
+    Iterating yields this process's batches on `device`. While the last batch of a pass is out,
+    `end_of_dataloader` is True and `remainder` is the number of real samples in the last global batch (-1:
+    unknown), so `gather_for_metrics` can drop the samples added to even the last round.
     """
 
     def __init__(
@@ -221,85 +124,168 @@ class PreparedDataLoader:
         num_processes: int,
         process_index: int,
         device: Any,
-        seed: int,
-        split_batches: bool = False,
-        even_batches: bool = True,
+        settings: DataSettings = DataSettings(),
+        broadcast_object: Callable[[Any, int], Any] | None = None,
+        rng_types: list[str] | None = None,
         on_start: Callable[["PreparedDataLoader"], None] | None = None,
         on_end: Callable[["PreparedDataLoader"], None] | None = None,
     ):
         self.base_loader = loader
-        self.device = device
-        self.seed = seed
-        self.epoch = 0
-        self.end_of_dataloader = False
-        self.batches_yielded = 0
-        self._skip = 0
-        self._iterating = False
-        self._interrupted: tuple[int, int] | None = None
-        self._generation = 0  # which iteration owns the position (an abandoned one must not change it)
-        self._on_start, self._on_end = on_start, on_end
-        self.num_processes = num_processes
         self.dataset = loader.dataset
-        self.generator = torch.Generator()
-        self.worker_generator = torch.Generator()
-        drop_last = bool(getattr(loader, "drop_last", False))
-        if isinstance(loader.dataset, IterableDataset):
-            self._shard: Any = _IterableShard(loader, num_processes, process_index, split_batches, even_batches,
-                                              drop_last)
-            self._loader: Any = self._shard
-            self.total_batch_size = (loader.batch_size or 1) * (1 if split_batches else num_processes)
-            self.per_process_batch_size = (loader.batch_size or 1) // (num_processes if split_batches else 1)
-            return
-        batch_sampler = loader.batch_sampler
-        if batch_sampler is None:  # batch_size=None: the dataset yields ready batches
-            raise ValueError("prepare() needs a DataLoader with a batch_size or batch_sampler (got batch_size=None)")
-        sampler = getattr(batch_sampler, "sampler", None)
-        if isinstance(sampler, RandomSampler) and type(batch_sampler) is BatchSampler:
-            # replace the user's sampler by one driven by our per-epoch generator
-            sampler = RandomSampler(
-                sampler.data_source, replacement=sampler.replacement,
-                num_samples=sampler._num_samples, generator=self.generator,
-            )
-            batch_sampler = BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
-        self._shard = ShardedBatchSampler(
-            batch_sampler, num_processes, process_index, split_batches, even_batches, drop_last
-        )
-        # the loader draws its workers' base seed from this generator, not from torch's global one: iterating
-        # never shifts the user's random stream, and a resumed run draws the same worker seeds
-        self._loader = DataLoader(loader.dataset, batch_sampler=self._shard, generator=self.worker_generator,
-                                  **_loader_kwargs(loader))
-        per = getattr(batch_sampler, "batch_size", None) or loader.batch_size or 1
-        self.total_batch_size = per if split_batches else per * num_processes
-        self.per_process_batch_size = per // num_processes if split_batches else per
+        self.device = device
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.settings = settings
+        self._broadcast = broadcast_object or (lambda obj, src: obj)
+        self._on_start, self._on_end = on_start, on_end
+        self.iteration = 0
+        self.end_of_dataloader = False
+        self.remainder = -1
+        self.skip_batches = 0  # skipped at the start of every pass (a `skip_first_batches` copy)
+        self._resume: tuple[int, Any] | None = None  # (batches, global RNG state at the pass's start)
+        self._pass_state: dict[str, Any] = {}
+        self._progress = _Progress()
+        self._generation = 0
+        self.seed = settings.data_seed if settings.data_seed is not None else torch.initial_seed()
+        self.synchronized_generator: torch.Generator | None = None
+        self._shard: Any = None
+        self._iterable_shard: IterableShard | None = None
+        self.drop_last = bool(getattr(loader, "drop_last", False))
+        iterable = isinstance(loader.dataset, IterableDataset)
+        dispatch = settings.dispatch_batches
+        self.dispatch = (device is not None and iterable) if dispatch is None else bool(dispatch)
+        many = num_processes > 1
+        sampler = None if iterable else inner_sampler(loader)
+        if settings.use_seedable_sampler and isinstance(sampler, RandomSampler) \
+                and not isinstance(sampler, SeedableRandomSampler):
+            sampler = SeedableRandomSampler(sampler.data_source, replacement=sampler.replacement,
+                                            num_samples=sampler._num_samples, generator=sampler.generator,
+                                            data_seed=settings.data_seed)
+            _set_inner_sampler(loader, sampler)
+        elif (many or settings.resume_data_position) and not self.dispatch and sampler is not None \
+                and not isinstance(sampler, SeedableRandomSampler) and hasattr(sampler, "generator"):
+            if sampler.generator is None:  # all ranks shuffle alike: rank 0's generator state, every pass
+                sampler.generator = torch.Generator()
+                sampler.generator.manual_seed(draw_seed())
+            self.synchronized_generator = sampler.generator
+        self.sampler = sampler
+        types = list(rng_types if rng_types is not None else ["generator"])
+        if self.synchronized_generator is None:
+            types = [t for t in types if str(getattr(t, "value", t)) != "generator"]
+        self.rng_types = types if not self.dispatch else []
+        kwargs = _loader_kwargs(loader)
+        if iterable:
+            if many and not self.dispatch:
+                generator = getattr(loader.dataset, "generator", None)
+                if isinstance(generator, torch.Generator):
+                    self.synchronized_generator = generator
+                    self.rng_types = list(rng_types if rng_types is not None else ["generator"])
+                self._iterable_shard = IterableShard(loader.dataset, loader.batch_size or 1, self.drop_last,
+                                                     num_processes, process_index, settings.split_batches)
+                size = (loader.batch_size or 1) // (num_processes if settings.split_batches else 1)
+                self._torch_loader = DataLoader(self._iterable_shard, batch_size=size, drop_last=self.drop_last,
+                                                **kwargs)
+            else:
+                self._torch_loader = DataLoader(loader.dataset, batch_size=loader.batch_size,
+                                                drop_last=self.drop_last, **kwargs)
+        else:
+            sampler_is_batch_sampler = isinstance(loader.sampler, BatchSampler)
+            batch_sampler = loader.sampler if sampler_is_batch_sampler else loader.batch_sampler
+            if batch_sampler is None:
+                raise ValueError("prepare() needs a DataLoader with a batch_size, a batch_sampler, or a BatchSampler "
+                                 "as its sampler (got batch_size=None and a sampler of single indices)")
+            dealt = many and not self.dispatch
+            self._shard = ShardedBatchSampler(
+                batch_sampler, num_processes if dealt else 1, process_index if dealt else 0,
+                settings.split_batches, settings.even_batches, settings.last_batch)
+            if sampler_is_batch_sampler:
+                self._torch_loader = DataLoader(loader.dataset, sampler=self._shard, batch_size=None, **kwargs)
+            else:
+                self._torch_loader = DataLoader(loader.dataset, batch_sampler=self._shard, **kwargs)
+        self._loader: Any = _Dispatched(self) if self.dispatch else self._torch_loader
+        per = self._original_batch_size()
+        split = settings.split_batches
+        self.total_batch_size = per if split else (per or 0) * num_processes
+        self.per_process_batch_size = (per // num_processes if split else per) if per else per
 
-    # -- state the kernel reads
-    @property
-    def padded_last_round(self) -> bool:
-        return self._shard.padded_last_round
-
-    @property
-    def real_in_last_round(self) -> int:
-        return self._shard.real_in_last_round
+    # ------------------------------------------------------------------ facts
+    def _original_batch_size(self) -> int | None:
+        loader = self.base_loader
+        if isinstance(loader.sampler, BatchSampler):
+            return getattr(loader.sampler, "batch_size", None)
+        if loader.batch_size is not None:
+            return loader.batch_size
+        return getattr(loader.batch_sampler, "batch_size", None)
 
     @property
     def batch_size(self) -> int | None:
         return self.base_loader.batch_size
 
+    @property
+    def batch_sampler(self) -> Any:
+        return self._shard
+
+    @property
+    def total_dataset_length(self) -> int:
+        return len(self.dataset)
+
+    def get_sampler(self) -> Any:
+        return self.sampler
+
     def __len__(self) -> int:
-        return len(self._loader)
+        if self.dispatch:
+            length = len(self.base_loader)
+            rounds = length if self.settings.split_batches else -(-length // self.num_processes)
+            if self.drop_last and not self.settings.split_batches:
+                rounds = length // self.num_processes
+            return max(0, rounds - self.skip_batches)
+        return max(0, len(self._torch_loader) - self.skip_batches)
+
+    # ------------------------------------------------------------------ epochs and positions
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch number the next pass gives the sampler (and dataset) through their `set_epoch`."""
+        self.iteration = epoch
+        user_batches = self._shard.batch_sampler if self._shard is not None else None
+        for obj in (user_batches, self.sampler):
+            if callable(getattr(obj, "set_epoch", None)):
+                obj.set_epoch(epoch)
+        if not callable(getattr(self.sampler, "set_epoch", None)):
+            target = self._iterable_shard if self._iterable_shard is not None else self.dataset
+            if callable(getattr(target, "set_epoch", None)):
+                target.set_epoch(epoch)
 
     def position(self) -> tuple[int, int]:
-        """(epoch, batches to skip) at which the data stream continues, for checkpoints.
+        """(epoch, batches already taken) of the pass in progress or left early; (next epoch, 0) after a full one."""
+        return self._progress.epoch, self._progress.batches
 
-        Mid-iteration, or after a loop left early (`break`), that is the current epoch after the
-        batches already taken, so a resumed run continues exactly where this one stopped. (A new
-        `for` loop in the same process starts the next epoch, as a plain DataLoader starts afresh.)
-        """
-        if self._iterating:
-            return self.epoch, self.batches_yielded
-        if self._interrupted is not None:
-            return self._interrupted
-        return self.epoch, self._skip
+    def state_dict(self) -> dict[str, Any]:
+        """Where the data stream stands, for exact resume (`resume_data_position`)."""
+        epoch, batches = self.position()
+        state: dict[str, Any] = {"epoch": epoch, "batches": batches, "seed": int(self.seed)}
+        if batches and self._pass_state:
+            state.update(self._pass_state)
+        elif self.synchronized_generator is not None:
+            state["generator"] = self.synchronized_generator.get_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at the saved position: the next pass is the saved epoch, after the batches already taken."""
+        self.set_epoch(int(state["epoch"]))
+        self.seed = state.get("seed", self.seed)
+        if state.get("generator") is not None and self.synchronized_generator is not None:
+            self.synchronized_generator.set_state(state["generator"])
+        self._progress = _Progress(int(state["epoch"]), int(state["batches"]))
+        self._resume = (int(state["batches"]), state.get("torch"))
+
+    def skip_first_batches(self, num_batches: int = 0) -> "PreparedDataLoader":
+        """A copy of this loader that skips the first `num_batches` batches of each of its passes (it shares
+        this loader's sampler and shuffling state, as Accelerate's does; use it for the epoch being resumed)."""
+        if num_batches < 0:
+            raise ValueError(f"skip_first_batches: num_batches must be >= 0, got {num_batches}")
+        clone = copy.copy(self)
+        clone.skip_batches = self.skip_batches + num_batches
+        clone._resume = None
+        return clone
 
     def feed_through(self, wrap: Callable[[Any], Any]) -> None:
         """Let a backend move batches itself: `wrap(source)` replaces this loader's (sharded, CPU) batch source
@@ -308,70 +294,216 @@ class PreparedDataLoader:
         self._loader = wrap(self._loader)
         self.device = None
 
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose order the next iteration produces (optional: epochs count themselves)."""
-        self.epoch = epoch
-        self._interrupted = None
-        self._generation += 1  # an iteration still open from before must not move the epoch on
+    # ------------------------------------------------------------------ iteration
+    def _begin_pass(self) -> int:
+        """Before a pass: shuffling state agreed across ranks, the epoch given to samplers; returns batches to skip."""
+        resume, self._resume = self._resume, None
+        if self.rng_types and self.num_processes > 1 and resume is None:
+            synchronize_rng_states(self.rng_types, self.synchronized_generator, self._broadcast)
+        self.set_epoch(self.iteration)
+        if self.settings.resume_data_position:
+            self._pass_state = {"torch": torch.get_rng_state()}
+            if self.synchronized_generator is not None:
+                self._pass_state["generator"] = self.synchronized_generator.get_state()
+        self.end_of_dataloader = False
+        self.remainder = -1
+        skip = self.skip_batches
+        if resume is not None:
+            skip += resume[0]
+            if resume[1] is not None:
+                self._pass_state["torch"] = resume[1]
+        return skip
 
-    def skip_first_batches(self, count: int) -> None:
-        """Make the next iteration start after `count` batches of its epoch (used when resuming)."""
-        self._skip = count
-        self._interrupted = None
-        self._generation += 1
-
-    def _start_epoch(self) -> None:
-        self.generator.manual_seed(self.seed + self.epoch)
-        self.worker_generator.manual_seed((self.seed + self.epoch + 0x5EED) % 2**63)
-        for obj in (getattr(self.base_loader, "sampler", None), getattr(self.base_loader, "batch_sampler", None),
-                    self.dataset):
-            set_epoch = getattr(obj, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(self.epoch)
+    def _open(self, skip: int, replay_rng: Any) -> Iterator[Any]:
+        """The batch source's iterator, skipping `skip` batches (without loading them where the sampler allows)."""
+        if self._shard is not None and self._loader is self._torch_loader:
+            self._shard.skip, skip = skip, 0
+        current = None
+        if replay_rng is not None:  # draw the pass's worker seeds as the interrupted pass drew them
+            current = torch.get_rng_state()
+            torch.set_rng_state(replay_rng)
+        try:
+            it = iter(self._loader)
+        finally:
+            if current is not None:
+                torch.set_rng_state(current)
+        for _ in range(skip):
+            if next(it, _END) is _END:
+                break
+        return it
 
     def __iter__(self) -> Iterator[Any]:
         self._generation += 1
         generation = self._generation
-        self._start_epoch()
-        self.end_of_dataloader = False
-        skip, self._skip = self._skip, 0
-        self.batches_yielded = skip
-        it = iter(self._loader)
-        for _ in range(skip):
-            next(it, None)
+        replay = self._resume[1] if self._resume is not None else None
+        skip = self._begin_pass()
+        progress = self._progress
+        progress.epoch, progress.batches, progress.iterating = self.iteration, skip, True
+        it = self._open(skip, replay)
         if self._on_start:
             self._on_start(self)
-        self._iterating, self._interrupted, completed = True, None, False
+        completed = False
         try:
-            try:
-                current = next(it)
-            except StopIteration:
+            current = next(it, _END)
+            if current is _END:
                 self.end_of_dataloader = completed = True
                 return
             while True:
-                try:
-                    upcoming = next(it)
-                except StopIteration:
+                upcoming = next(it, _END)
+                if upcoming is _END:
                     self.end_of_dataloader = True
-                    self.batches_yielded += 1
-                    yield self._place(current)
+                    self.remainder = self._last_remainder()
+                progress.batches += 1
+                yield self._place(current)
+                if upcoming is _END:
                     completed = True
                     break
-                self.batches_yielded += 1
-                yield self._place(current)
                 current = upcoming
         finally:
             if generation == self._generation:
-                self._iterating = False
-                if not completed:
-                    self._interrupted = (self.epoch, self.batches_yielded)
-                self.epoch += 1  # the next iteration is the next epoch, even after an early break
+                progress.iterating = False
+                if completed:
+                    self.iteration += 1
+                    progress.epoch, progress.batches = self.iteration, 0
             if self._on_end:
                 self._on_end(self)
+
+    def _last_remainder(self) -> int:
+        """Real samples in the last global batch of this pass (what gather_for_metrics keeps); -1 unknown."""
+        if self.dispatch:
+            return self._loader.remainder if isinstance(self._loader, _Dispatched) else -1
+        if self.drop_last:
+            return -1
+        if self._iterable_shard is not None:
+            return self._iterable_shard.real_in_last_round
+        if self._shard is not None and self.settings.last_batch == "short":
+            return self._shard.real_in_last_round if self._shard.padded_last_round else 0
+        try:
+            return len(self.dataset) % self.total_batch_size
+        except (TypeError, ZeroDivisionError):
+            return -1
 
     def _place(self, batch: Any) -> Any:
         """`batch` on this loader's device (a DataLoader's batches are CPU tensors: nothing to do for the CPU)."""
         device = self.device
         if device is None or (isinstance(device, torch.device) and device.type == "cpu"):
             return batch
-        return ops.send_to_device(batch, device, non_blocking=bool(getattr(self.base_loader, "pin_memory", False)))
+        return ops.send_to_device(batch, device, non_blocking=self.settings.non_blocking)
+
+    def __repr__(self) -> str:
+        return (f"PreparedDataLoader(process {self.process_index} of {self.num_processes}, {len(self)} batches, "
+                f"batch size {self.per_process_batch_size})")
+
+
+_END = object()
+
+
+class _Dispatched:
+    """The batch source of a dispatching loader: the main process reads the data, every rank gets its slice.
+
+    Each step the main process takes N batches (one with `split_batches`), joins them and sends them to every
+    rank, which keeps its contiguous slice. A short last round is split evenly, completed with the first
+    samples of the pass so every rank gets the same number; `remainder` then holds the real samples in it.
+    """
+
+    def __init__(self, owner: PreparedDataLoader):
+        self.owner = owner
+        self.remainder = -1
+
+    def _fetch(self, it: Iterator[Any] | None) -> tuple[Any, bool]:
+        """(the joined batches of the next round or None, whether the source is exhausted) on every rank."""
+        owner = self.owner
+        take = 1 if owner.settings.split_batches else owner.num_processes
+        batches, exhausted = [], False
+        if owner.process_index == 0:
+            for _ in range(take):
+                batch = next(it, _END)
+                if batch is _END:
+                    exhausted = True
+                    break
+                batches.append(batch)
+            if batches and exhausted and (owner.drop_last or owner.settings.split_batches):
+                batches = []
+            payload = (ops.concatenate(batches) if len(batches) > 1 else (batches[0] if batches else None),
+                       exhausted)
+        else:
+            payload = None
+        return owner._broadcast(payload, 0) if owner.num_processes > 1 else payload
+
+    def __iter__(self) -> Iterator[Any]:
+        owner = self.owner
+        n, r = owner.num_processes, owner.process_index
+        it = iter(owner._torch_loader)  # every rank opens it, as its worker seeds come from the global RNG
+        self.remainder = -1
+        current, exhausted = self._fetch(it)
+        if current is None:
+            return
+        first = ops.slice_batch(current, slice(0, n))
+        while True:
+            upcoming = None
+            if not exhausted:
+                upcoming, exhausted = self._fetch(it)
+            last = upcoming is None
+            observed = ops.batch_size(current)
+            per = observed // n
+            if last and not owner.drop_last and observed % n:
+                current = ops.concatenate([current, first])
+                per += 1
+            if last:
+                self.remainder = observed
+            yield ops.slice_batch(current, slice(r * per, (r + 1) * per))
+            if last:
+                return
+            current = upcoming
+
+
+def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+    """A loader that skips the first `num_batches` batches (Accelerate's function): for a prepared loader, a copy
+    sharing its sampler; for a plain DataLoader, a new DataLoader over the same data."""
+    if hasattr(dataloader, "skip_first_batches") and callable(dataloader.skip_first_batches):
+        return dataloader.skip_first_batches(num_batches)
+    if not isinstance(dataloader, DataLoader):
+        raise TypeError(f"skip_first_batches needs a DataLoader, got {type(dataloader).__name__}")
+    kwargs = _loader_kwargs(dataloader)
+    if isinstance(dataloader.dataset, IterableDataset):
+        return _SkippingLoader(dataloader, num_batches)
+    sampler_is_batch_sampler = isinstance(dataloader.sampler, BatchSampler)
+    batches = dataloader.sampler if sampler_is_batch_sampler else dataloader.batch_sampler
+    shard = ShardedBatchSampler(batches)
+    shard.skip = 0
+    skipping = _Skip(shard, num_batches)
+    if sampler_is_batch_sampler:
+        return DataLoader(dataloader.dataset, sampler=skipping, batch_size=None, **kwargs)
+    return DataLoader(dataloader.dataset, batch_sampler=skipping, **kwargs)
+
+
+class _Skip:
+    """A batch sampler without its first `count` batches (on every pass)."""
+
+    def __init__(self, batch_sampler: Any, count: int):
+        self.batch_sampler, self.count = batch_sampler, count
+        self.batch_size = getattr(batch_sampler, "batch_size", None)
+
+    def __iter__(self) -> Iterator[list]:
+        self.batch_sampler.skip = self.count
+        return iter(self.batch_sampler)
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self.count)
+
+
+class _SkippingLoader:
+    """An iterable-dataset loader without its first `count` batches (on every pass)."""
+
+    def __init__(self, loader: DataLoader, count: int):
+        self.loader, self.count = loader, count
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.loader)
+        for _ in range(self.count):
+            if next(it, _END) is _END:
+                return
+        yield from it
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)

@@ -52,10 +52,16 @@ def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "au
                        distributed_type: str | None = None) -> ProcessInfo:
     """Join (or reuse) the default process group; returns this process's ProcessInfo.
 
-    `pg_backend` "auto" is nccl on CUDA devices and gloo on the CPU.
+    `pg_backend` "auto" is nccl on CUDA devices and gloo on the CPU. The user's `InitProcessGroupKwargs`
+    (backend, init_method; its timeout is already in `ctx.settings["timeout"]`) override it on every backend.
     """
+    from .kwargs import InitProcessGroupKwargs
+
     rank, world, local_rank, local_world = launcher_facts(backend_name)
     device = choose_device(ctx, local_rank)
+    override = ctx.handler(InitProcessGroupKwargs)
+    if override is not None and override.backend:
+        pg_backend = override.backend
     if pg_backend == "auto":
         pg_backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
@@ -65,6 +71,8 @@ def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "au
         store = _restart_store(world, kwargs["timeout"])
         if store is not None:
             kwargs["store"] = store
+        elif override is not None and override.init_method:
+            kwargs["init_method"] = override.init_method
         dist.init_process_group(backend=pg_backend, rank=rank, world_size=world, **kwargs)
     ctx.backend_state["pg_backend"] = dist.get_backend()
     label = distributed_type or ("multi_gpu" if device.type == "cuda" else "multi_cpu")

@@ -70,10 +70,21 @@ class DistributedDataParallelKwargs(KwargsHandler):
 
 @dataclass
 class InitProcessGroupKwargs(KwargsHandler):
-    """Process-group backend ("gloo", "nccl", ...) and timeout in seconds, overriding the settings."""
+    """The process group's backend ("gloo", "nccl", ...; None: the run's choice), `init_method` and `timeout`
+    (a `datetime.timedelta`, as in Accelerate, or seconds), overriding the launch settings on every backend."""
 
     backend: str | None = None
-    timeout: float | None = None
+    init_method: str | None = None
+    timeout: Any = None
+
+    def timeout_seconds(self) -> float | None:
+        """The timeout in seconds, or None when not given."""
+        if self.timeout is None:
+            return None
+        seconds = self.timeout.total_seconds() if hasattr(self.timeout, "total_seconds") else float(self.timeout)
+        if seconds <= 0:
+            raise ValueError(f"InitProcessGroupKwargs(timeout={self.timeout!r}): the timeout must be positive")
+        return seconds
 
 
 @dataclass
@@ -95,3 +106,36 @@ class AutocastKwargs(KwargsHandler):
     enabled: bool = True
     cache_enabled: bool | None = None
     outputs_float32: bool = True
+
+
+@dataclass
+class DataLoaderConfiguration:
+    """How `prepare` shares data loaders among processes (Accelerate's fields and defaults).
+
+    `split_batches`: cut each batch into one piece per process instead of giving each process whole batches.
+    `dispatch_batches`: the main process reads the data and sends each process its part (None: for iterable
+    datasets). `even_batches`: complete the last round so every process takes the same number of steps.
+    `use_seedable_sampler`/`data_seed`: shuffle epoch e with `data_seed + e`. `non_blocking`: asynchronous
+    device copies. `use_stateful_dataloader`: `load_state` continues each loader where the checkpoint stopped
+    (acc's exact resume, the `resume_data_position` setting; no torchdata needed).
+    """
+
+    split_batches: bool = False
+    dispatch_batches: bool | None = None
+    even_batches: bool = True
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+    use_stateful_dataloader: bool = False
+
+
+@dataclass
+class GradientAccumulationPlugin(KwargsHandler):
+    """Gradient accumulation (Accelerate's fields): `num_steps` micro-steps per optimizer step; `adjust_scheduler`
+    counts micro-steps in the scheduler's step count; `sync_with_dataloader` ends an accumulation at the end of
+    the data; `sync_each_batch` synchronises gradients on every micro-step (more communication, less memory)."""
+
+    num_steps: int | None = None
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False

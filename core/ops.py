@@ -40,6 +40,17 @@ def apply(fn: Callable[[torch.Tensor], Any], data: Any, *, leaf: Callable[[Any],
     return data
 
 
+def all_tensors(data: Any) -> bool:
+    """True when every leaf of `data` (nested lists, tuples, dicts) is a tensor (and there is at least one)."""
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(all_tensors(x) for x in data)
+    if isinstance(data, Mapping):
+        return bool(data) and all(all_tensors(v) for v in data.values())
+    return False
+
+
 def leaves(data: Any) -> list[torch.Tensor]:
     """The tensors in `data`, in a deterministic order (the order `apply` visits them)."""
     found: list[torch.Tensor] = []

@@ -3,13 +3,16 @@
 Rules (the same on every backend):
 - `optimizer.step()` and `zero_grad()` do nothing on accumulation micro-steps (`sync_gradients` False).
 - A step the backend reports as skipped (fp16 overflow) sets `step_was_skipped`.
-- A prepared scheduler steps once per applied optimizer step: not per micro-step, not once per process,
-  not after a skipped step. (Accelerate steps it once per process by default, which shortens schedules
-  when the process count changes; acc does not.)
+- A prepared scheduler never steps on a micro-step or after a skipped step. On an applied step it steps as the
+  `scheduler_stepping` setting says: `per_process` (the default, Accelerate's) steps it `num_processes` times
+  (once with `split_batches`), because scripts written for Accelerate size their schedules for that; `once`
+  (acc's) steps it once, so a schedule means the same on any number of processes; `every_call` steps it at every
+  `scheduler.step()` (Accelerate's `step_scheduler_with_optimizer=False`).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -44,9 +47,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def state(self, value: Any) -> None:
         self.optimizer.state = value
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
         if self._loop.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+            if "set_to_none" in inspect.signature(self.optimizer.zero_grad).parameters:
+                self.optimizer.zero_grad(set_to_none=True if set_to_none is None else set_to_none)
+            elif set_to_none is not None:
+                raise ValueError(f"{type(self.optimizer).__name__}.zero_grad takes no set_to_none argument")
+            else:
+                self.optimizer.zero_grad()
 
     def step(self, closure: Callable | None = None) -> Any:  # type: ignore[override]
         if not self._loop.sync_gradients:
@@ -58,6 +66,16 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.step_was_skipped:
             self._loop.step += 1
         return None
+
+    def train(self) -> None:
+        """Train mode for optimizers that have one (schedule-free optimizers)."""
+        if callable(getattr(self.optimizer, "train", None)):
+            self.optimizer.train()
+
+    def eval(self) -> None:
+        """Eval mode for optimizers that have one (schedule-free optimizers)."""
+        if callable(getattr(self.optimizer, "eval", None)):
+            self.optimizer.eval()
 
     def state_dict(self) -> dict:
         return self.optimizer.state_dict()
@@ -76,22 +94,44 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
 
 class AcceleratedScheduler:
-    """Wraps an LR scheduler so it advances once per applied optimizer step."""
+    """Wraps an LR scheduler so it advances with the applied optimizer steps (see the module's rules)."""
 
-    def __init__(self, scheduler: Any, optimizers: list[AcceleratedOptimizer], loop: LoopState):
+    def __init__(self, scheduler: Any, optimizers: list[AcceleratedOptimizer], loop: LoopState,
+                 stepping: str = "per_process", num_processes: int = 1, split_batches: bool = False,
+                 adjust_scheduler: bool = True):
         self.scheduler = scheduler
         self.optimizers = optimizers
         self._loop = loop
+        self.stepping = stepping
+        self.split_batches = split_batches
+        self.adjust_scheduler = adjust_scheduler
+        self._steps = 1 if (stepping != "per_process" or split_batches) else num_processes
+
+    @property
+    def step_with_optimizer(self) -> bool:
+        return self.stepping != "every_call"
 
     def step(self, *args: Any, **kwargs: Any) -> None:
+        if self.stepping == "every_call":
+            self.scheduler.step(*args, **kwargs)
+            return
         if not self._loop.sync_gradients:
+            if self.adjust_scheduler and hasattr(self.scheduler, "_step_count"):
+                self.scheduler._step_count += 1  # micro-steps count towards the scheduler's steps, as in Accelerate
             return
         if any(opt.step_was_skipped for opt in self.optimizers):
             return
-        self.scheduler.step(*args, **kwargs)
+        total = getattr(self.scheduler, "total_steps", None)  # OneCycleLR raises past its end
+        for _ in range(self._steps):
+            if total is not None and self.scheduler._step_count > total:
+                break
+            self.scheduler.step(*args, **kwargs)
 
     def get_last_lr(self) -> list[float]:
         return self.scheduler.get_last_lr()
+
+    def get_lr(self) -> Any:
+        return self.scheduler.get_lr()
 
     def state_dict(self) -> dict:
         return self.scheduler.state_dict()

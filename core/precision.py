@@ -69,11 +69,14 @@ class Precision:
         self._unscaled: set[int] = set()
 
     # -- forward
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The autocast context of this run (a null context without mixed precision)."""
-        if not self.active or not self.enabled:
+    def autocast(self, handler: Any = None) -> contextlib.AbstractContextManager:
+        """The autocast context of this run (a null context without mixed precision); an `AutocastKwargs`
+        `handler` overrides the run's for this context."""
+        enabled = self.enabled if handler is None else (self.enabled and handler.enabled)
+        cache = self.cache_enabled if handler is None else handler.cache_enabled
+        if not self.active or not enabled:
             return contextlib.nullcontext()
-        kwargs = {} if self.cache_enabled is None else {"cache_enabled": self.cache_enabled}
+        kwargs = {} if cache is None else {"cache_enabled": cache}
         return torch.autocast(self.device.type, dtype=DTYPES[self.mode], **kwargs)
 
     def patch_forward(self, model: torch.nn.Module) -> None:

@@ -14,7 +14,7 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -40,16 +40,60 @@ class SavingMixin:
                             "load_state_dict(); wrap them in an object that has both")
         self._custom_objects.extend(objects)
 
-    def _unwrapped_models(self) -> list[Any]:
-        return [self.unwrap_model(m) for m in self._models]
+    # ------------------------------------------------------------------ save/load hooks
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call `hook(models, weights, output_dir)` in `save_state` before anything is written.
+
+        `models` are the prepared models, `weights` their state dicts; a hook that saves a model itself (e.g.
+        `save_pretrained`) removes its entry from `weights`, and acc then does not write that model. Returns a
+        handle whose `remove()` unregisters the hook.
+        """
+        from torch.utils.hooks import RemovableHandle
+
+        handle = RemovableHandle(self._save_model_state_pre_hook)
+        self._save_model_state_pre_hook[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call `hook(models, input_dir)` in `load_state` before anything is read; a hook that loads a model
+        itself removes it from `models`, and acc then does not load that model."""
+        from torch.utils.hooks import RemovableHandle
+
+        handle = RemovableHandle(self._load_model_state_pre_hook)
+        self._load_model_state_pre_hook[handle.id] = hook
+        return handle
+
+    def _models_to_save(self, output_dir: Path) -> list[Any]:
+        """The models acc writes: all of them, minus those a save hook took over (it removed their weights)."""
+        if not self._save_model_state_pre_hook:
+            return list(self._models)
+        weights = [self.get_state_dict(m, unwrap=False) for m in self._models]
+        before = list(weights)
+        for hook in list(self._save_model_state_pre_hook.values()):
+            hook(self._models, weights, str(output_dir))
+        kept = {id(w) for w in weights}
+        return [m for m, w in zip(self._models, before) if id(w) in kept]
+
+    def _models_to_load(self, input_dir: Path) -> list[Any]:
+        """The models acc loads: all of them, minus those a load hook took over (it removed them from the list)."""
+        models = list(self._models)
+        for hook in list(self._load_model_state_pre_hook.values()):
+            hook(models, str(input_dir))
+        return models
 
     # ------------------------------------------------------------------ save_state
-    def save_state(self, output_dir: str | os.PathLike | None = None) -> Path:
-        """Write everything needed to resume exactly into `output_dir` (or the next automatic name).
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> Path:
+        """Write everything needed to resume into `output_dir` (or the next automatic name).
 
         The directory appears only once complete; a crash leaves the previous checkpoint intact.
-        Call it on every process. Returns the checkpoint directory.
+        Call it on every process. Returns the checkpoint directory. acc always writes tensors as safetensors.
         """
+        if not safe_serialization or save_model_func_kwargs:
+            given = ["safe_serialization=False"] if not safe_serialization else []
+            given += [f"{k}=..." for k in save_model_func_kwargs]
+            warnings.warn(f"save_state({', '.join(given)}) is ignored: acc writes tensors as safetensors and other "
+                          "state with torch.save, and loads nothing that could run code", stacklevel=2)
         config = self.project_configuration
         if output_dir is None:
             if not config.automatic_checkpoint_naming:
@@ -58,6 +102,7 @@ class SavingMixin:
             final = config.checkpoints_dir / f"{ckpt.AUTO_PREFIX}{config.iteration}"
         else:
             final = Path(output_dir)
+        models = self._models_to_save(final)
         tmp = None
         if self.is_main_process:
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -67,20 +112,20 @@ class SavingMixin:
         self.wait_for_everyone()  # the directory exists for everyone (shared file system)
 
         written = list(self._pm.hook.acc_save_checkpoint(
-            ctx=self.ctx, directory=tmp, models=self._unwrapped_models(),
+            ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
             optimizers=[o.optimizer for o in self._optimizers]) or [])
         rng_name = RNG_FILE.format(rank=self.process_index)
         ckpt.save_object(ckpt.rng_state(), tmp / rng_name)
         written.append(rng_name)
         if self.is_main_process:
-            ckpt.save_object(self._kernel_state(), tmp / KERNEL_STATE)
+            ckpt.save_object(self._kernel_state(len(models)), tmp / KERNEL_STATE)
             written.append(KERNEL_STATE)
             for i, obj in enumerate(self._custom_objects):
                 name = CUSTOM_FILE.format(index=i)
                 ckpt.save_object(obj.state_dict(), tmp / name)
                 written.append(name)
         mine = ckpt.digest_many(tmp, written, sync=True)  # flushed to disk before the directory is published
-        everyone = self.gather_object(mine)
+        everyone = self._gather_objects(mine)
         if self.is_main_process:
             files: dict[str, Any] = {}
             for part in everyone:
@@ -96,17 +141,14 @@ class SavingMixin:
         self.wait_for_everyone()
         return final
 
-    def _kernel_state(self) -> dict[str, Any]:
-        loaders = []
-        for dl in self._dataloaders:
-            epoch, skip = dl.position()
-            loaders.append({"epoch": epoch, "skip": skip, "seed": dl.seed})
+    def _kernel_state(self, saved_models: int) -> dict[str, Any]:
         return {
             "step": self.ctx.loop.step,
-            "micro_step": self._micro_step,
+            "micro_step": self.ctx.loop.micro_step,
+            "models": saved_models,
             "schedulers": [s.state_dict() for s in self._schedulers],
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "dataloaders": loaders,
+            "dataloaders": [dl.state_dict() for dl in self._dataloaders],
         }
 
     def _prune(self, config: ckpt.ProjectConfiguration) -> None:
@@ -125,16 +167,24 @@ class SavingMixin:
             command = json.loads((Path(run_dir) / "manifest.json").read_text()).get("command")
         world = {"num_processes": self.num_processes, "distributed_type": self.distributed_type}
         data = run_manifest.build(s, s.sources, plugins, command or sys.argv, world)
-        batch = [{"per_process": dl.batch_size, "global": dl.total_batch_size} for dl in self._dataloaders]
+        batch = [{"per_process": dl.per_process_batch_size, "global": dl.total_batch_size} for dl in self._dataloaders]
         data["batch_sizes"] = batch
         return data
 
     # ------------------------------------------------------------------ load_state
-    def load_state(self, input_dir: str | os.PathLike | None = None, strict: bool = True) -> Path:
+    def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict | None = None,
+                   strict: bool = True, **load_model_func_kwargs: Any) -> Path:
         """Restore what `save_state` wrote; with no directory, the newest complete automatic checkpoint.
 
-        Every file is checked against the manifest first; nothing in a checkpoint is executed.
+        Restores models, optimizers, schedulers, the fp16 scaler, each process's RNG states, the step counters
+        and registered objects (what Accelerate restores). Data loaders continue where the checkpoint stopped only
+        with `resume_data_position` (acc's exact resume); otherwise the script skips batches itself, as with
+        Accelerate. Every file is checked against the manifest first; nothing in a checkpoint is executed.
         """
+        strict = bool(load_model_func_kwargs.pop("strict", strict))
+        if load_kwargs or load_model_func_kwargs:
+            warnings.warn(f"load_state({', '.join(list(load_kwargs or {}) + list(load_model_func_kwargs))}=...) is "
+                          "ignored: acc reads tensors with safetensors onto each process's device", stacklevel=2)
         if input_dir is None:
             config = self.project_configuration
             complete = ckpt.automatic_checkpoints(config.checkpoints_dir)
@@ -148,10 +198,16 @@ class SavingMixin:
         self._warn_about_differences(manifest, directory)
         others = {RNG_FILE.format(rank=r) for r in range(1024)} - {RNG_FILE.format(rank=self.process_index)}
         ckpt.verify_ahead(directory, manifest, [n for n in manifest["files"] if n not in others])
-        self._pm.hook.acc_load_checkpoint(ctx=self.ctx, directory=directory, models=self._unwrapped_models(),
-                                          optimizers=[o.optimizer for o in self._optimizers],
-                                          manifest=manifest)
         state = ckpt.load_object(ckpt.verify(directory, manifest, KERNEL_STATE))
+        models = self._models_to_load(directory)
+        saved = state.get("models", len(self._models))
+        if saved != len(models):
+            raise CheckpointError(f"{directory}: holds {saved} model(s), but {len(models)} are to be loaded "
+                                  f"({len(self._models)} prepared, {len(self._models) - len(models)} loaded by "
+                                  "load-state hooks); prepare the same models as when it was saved")
+        self._pm.hook.acc_load_checkpoint(ctx=self.ctx, directory=directory,
+                                          models=[self.unwrap_model(m) for m in models],
+                                          optimizers=[o.optimizer for o in self._optimizers], manifest=manifest)
         self._restore_kernel_state(state, directory)
         for i, obj in enumerate(self._custom_objects):
             obj.load_state_dict(ckpt.load_object(ckpt.verify(directory, manifest, CUSTOM_FILE.format(index=i))))
@@ -173,21 +229,32 @@ class SavingMixin:
             sched.load_state_dict(sd)
         if state["scaler"] is not None and self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
-        for dl, pos in zip(self._dataloaders, state["dataloaders"]):
-            dl.seed = pos["seed"]
-            dl.set_epoch(pos["epoch"])
-            dl.skip_first_batches(pos["skip"])
+        positions = [_position(p) for p in state["dataloaders"]]
+        if self.settings["resume_data_position"]:
+            for dl, pos in zip(self._dataloaders, positions):
+                dl.load_state_dict(pos)
+        else:
+            mid = [(i, p) for i, p in enumerate(positions) if p["batches"]]
+            if mid and self.is_main_process:
+                i, p = mid[0]
+                print(f"acc: {directory} was saved after batch {p['batches']} of epoch {p['epoch']} (data loader "
+                      f"#{i}); its data loaders start their epoch at batch 0 unless the script skips "
+                      "(accelerator.skip_first_batches), as with Accelerate. To continue exactly where it stopped, "
+                      "set resume_data_position = true (--resume-data-position, or "
+                      "DataLoaderConfiguration(use_stateful_dataloader=True))", file=sys.stderr)
         self.ctx.loop.step = state["step"]
-        self._micro_step = state["micro_step"]
+        self.ctx.loop.micro_step = state["micro_step"]
 
     def _warn_about_differences(self, manifest: dict[str, Any], directory: Path) -> None:
         run = manifest.get("run", {})
         saved_world = run.get("processes", {}).get("num_processes")
         saved_backend = run.get("backend")
         if saved_world is not None and saved_world != self.num_processes:
+            data = ("data loaders resume at the saved epoch and batch" if self.settings["resume_data_position"]
+                    else "data loaders start afresh")
             warnings.warn(f"{directory} was saved by {saved_world} process(es); this run has {self.num_processes}: "
-                          "model and optimizer state are restored, data loaders resume at the saved epoch and "
-                          "batch, RNG states are not restored (each process keeps its current seed)", stacklevel=3)
+                          f"model and optimizer state are restored, {data}, RNG states are not restored (each "
+                          "process keeps its current seed)", stacklevel=3)
         if saved_backend is not None and saved_backend != self.backend:
             warnings.warn(f"{directory} was saved with backend '{saved_backend}'; this run uses '{self.backend}': "
                           "the files are read as the current backend writes them", stacklevel=3)
@@ -252,3 +319,10 @@ def write_sharded(state: dict[str, torch.Tensor], directory: Path, max_bytes: in
     run_manifest.write_json(directory / "model.safetensors.index.json", {"metadata": {"total_size": total},
                                                                 "weight_map": weight_map})
     return names
+
+
+def _position(saved: dict[str, Any]) -> dict[str, Any]:
+    """A data loader's saved position (checkpoints of acc 0.1 called the batches "skip")."""
+    position = dict(saved)
+    position.setdefault("batches", position.pop("skip", 0))
+    return position

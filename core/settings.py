@@ -38,6 +38,7 @@ class Setting:
     minimum: float | None = None
     maximum: float | None = None
     owner: str = CORE_OWNER
+    presets: tuple[tuple[str, Any], ...] | None = None  # (semantics, default) pairs: a default per preset
 
     @property
     def env_var(self) -> str:
@@ -197,12 +198,17 @@ class ResolvedSettings(Mapping[str, Any]):
         return self.sources.get(name, "default")
 
     def is_default(self, name: str) -> bool:
-        return self.source(name) == "default"
+        """True when nobody set it: the plain default or the default of the semantics preset."""
+        return self.source(name).startswith("default")
 
-    def override(self, name: str, value: Any, source: str) -> "ResolvedSettings":
-        """A copy with one value replaced (e.g. an `Accelerator(...)` argument, source 'code')."""
+    def override(self, name: str, value: Any, source: str,
+                 registry: "SettingsRegistry | None" = None) -> "ResolvedSettings":
+        """A copy with one value replaced (e.g. an `Accelerator(...)` argument, source 'code'); with `registry`,
+        settings that default from the changed one (the `semantics` preset) follow it."""
         values, sources = dict(self.values), dict(self.sources)
         values[name], sources[name] = value, source
+        if registry is not None:
+            apply_presets(registry, values, sources)
         return ResolvedSettings(values, sources)
 
     def to_json(self) -> str:
@@ -254,7 +260,20 @@ def resolve(
                 raise ConfigError(cfg.describe_key(setting, str(exc))) from None
             raise ConfigError(f"{where}: {exc} ({setting.name}: {setting.help})") from None
         sources[setting.name] = where
+    apply_presets(registry, values, sources)
     return ResolvedSettings(values, sources)
+
+
+SEMANTICS = ("accelerate", "acc")
+
+
+def apply_presets(registry: SettingsRegistry, values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Give every setting that nobody set the default of the chosen `semantics` preset (source says so)."""
+    preset = values.get("semantics", SEMANTICS[0])
+    for setting in registry:
+        if setting.presets and sources.get(setting.name, "default").startswith("default"):
+            values[setting.name] = dict(setting.presets).get(preset, setting.default)
+            sources[setting.name] = f"default of semantics={preset}"
 
 
 def core_settings() -> list[Setting]:
@@ -297,6 +316,47 @@ def core_settings() -> list[Setting]:
                 "versions, command); '' records nothing", ("--output-dir",)),
         Setting("timeout", float, 1800.0, "seconds a collective may wait before the run fails", ("--timeout",),
                 minimum=1),
+        *loop_semantics_settings(),
         Setting("monitor_interval", float, 0.1, "seconds between the elastic agent's checks of its workers' state "
                 "(torchrun's and Accelerate's --monitor_interval)", ("--monitor-interval",), minimum=0.01),
+    ]
+
+
+def _preset(accelerate: Any, acc: Any) -> tuple[tuple[str, Any], ...]:
+    return (("accelerate", accelerate), ("acc", acc))
+
+
+def loop_semantics_settings() -> list[Setting]:
+    """Where acc's own training-loop semantics differ from Accelerate's: one setting each, plus the preset.
+
+    `semantics = "accelerate"` (the default) makes a script written for Accelerate train identically;
+    `semantics = "acc"` selects acc's own behaviour for all of them at once. Each can be set on its own.
+    """
+    return [
+        Setting("semantics", str, "accelerate", "training-loop semantics: accelerate (a script written for Hugging "
+                "Face Accelerate trains identically) or acc (exact resume, seeded shuffling, one scheduler step per "
+                "optimizer step, short last batch, no clipping on accumulation micro-steps); the settings below "
+                "default from it", ("--semantics",), choices=SEMANTICS),
+        Setting("use_seedable_sampler", bool, False, "shuffle epoch e with data_seed + e (the same order on any number "
+                "of processes, nothing exchanged) instead of rank 0's generator state sent to every rank",
+                ("--use-seedable-sampler",), presets=_preset(False, True)),
+        Setting("data_seed", int, None, "seed of the seedable sampler (default: torch's initial seed, what set_seed "
+                "set)", ("--data-seed",)),
+        Setting("resume_data_position", bool, False, "load_state also continues each data loader where the checkpoint "
+                "stopped (its epoch, batch and shuffling state); without it a script skips batches itself, as with "
+                "Accelerate", ("--resume-data-position",), presets=_preset(False, True)),
+        Setting("scheduler_stepping", str, "per_process", "a prepared LR scheduler steps num_processes times per "
+                "optimizer step (per_process, Accelerate's; once with split_batches), once per applied optimizer step "
+                "(once), or at every call (every_call: Accelerator(step_scheduler_with_optimizer=False))",
+                ("--scheduler-stepping",), choices=("per_process", "once", "every_call"),
+                presets=_preset("per_process", "once")),
+        Setting("last_batch", str, "fill", "with even_batches, the last batch of every process is filled to full size "
+                "with samples from the start of the epoch (fill, Accelerate's) or the data's short last batch stays "
+                "short and only processes without a batch get one (short)", ("--last-batch",),
+                choices=("fill", "short"), presets=_preset("fill", "short")),
+        Setting("clip_on_micro_steps", bool, True, "clip_grad_norm_/clip_grad_value_ also clip the partial gradients "
+                "of accumulation micro-steps (Accelerate's); false: they do nothing there and clip_grad_norm_ returns "
+                "None", ("--clip-on-micro-steps",), presets=_preset(True, False)),
+        Setting("fp16_on_cpu", bool, False, "mixed_precision fp16 on the CPU runs float16 autocast with a gradient "
+                "scaler; false: float32, as Accelerate trains there", ("--fp16-on-cpu",), presets=_preset(False, True)),
     ]

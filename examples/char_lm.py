@@ -72,7 +72,9 @@ def main() -> None:
     args = p.parse_args()
 
     config = ProjectConfiguration(project_dir=args.project_dir, automatic_checkpoint_naming=True, total_limit=2)
-    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, project_config=config)
+    # acc's own semantics: the schedule counts optimizer steps on any number of processes, and --resume
+    # continues the data exactly where the checkpoint stopped
+    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, project_config=config, semantics="acc")
     set_seed(0)
     text = corpus(args.chars)
     vocab = sorted(set(text))
@@ -89,7 +91,7 @@ def main() -> None:
     model, optimizer, train, val, scheduler = accelerator.prepare(model, optimizer, train, val, scheduler)
     if args.resume:
         accelerator.load_state()
-        accelerator.print(f"resumed at optimizer step {accelerator.step}")
+        accelerator.print(f"resumed at optimizer step {accelerator.applied_steps}")
 
     def evaluate() -> float:
         model.eval()
@@ -103,9 +105,9 @@ def main() -> None:
         model.train()
         return float(total) / max(count, 1)
 
-    bar = tqdm(total=args.steps, initial=accelerator.step, disable=not accelerator.is_local_main_process)
+    bar = tqdm(total=args.steps, initial=accelerator.applied_steps, disable=not accelerator.is_local_main_process)
     loss_value = float("nan")
-    while accelerator.step < args.steps:
+    while accelerator.applied_steps < args.steps:
         for x, y in train:
             with accelerator.accumulate(model):
                 loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
@@ -118,12 +120,12 @@ def main() -> None:
                 loss_value = loss.item()
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.3f}")
-                if accelerator.step % args.eval_every == 0:
-                    message = f"step {accelerator.step}: validation loss {evaluate():.4f}"  # all evaluate
+                if accelerator.applied_steps % args.eval_every == 0:
+                    message = f"step {accelerator.applied_steps}: validation loss {evaluate():.4f}"  # all evaluate
                     if accelerator.is_local_main_process:
                         bar.write(message)  # on its own line, above the progress bar
                     accelerator.save_state()
-            if accelerator.step >= args.steps:
+            if accelerator.applied_steps >= args.steps:
                 break
     bar.close()
     final = evaluate()

@@ -46,7 +46,8 @@ def main() -> None:
     args = p.parse_args()
 
     config = ProjectConfiguration(project_dir=args.project_dir, automatic_checkpoint_naming=True, total_limit=2)
-    accelerator = Accelerator(project_config=config)
+    # acc's own semantics: scheduler.step() once per epoch means one step, on any number of processes
+    accelerator = Accelerator(project_config=config, semantics="acc")
     set_seed(0)
     train_set, test_set = datasets()
     net = model()

@@ -47,8 +47,10 @@ def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_
     if as_json:
         click.echo(json.dumps({"exit_code": code, "checks": results, "not_run": missing}, indent=2))
     else:
-        click.echo(f"acc check: backend {assembly.settings['backend']}, {plan.world_size} process(es), "
-                   f"mixed precision {assembly.settings['mixed_precision']}")
+        s = assembly.settings
+        click.echo(f"acc check: backend {s['backend']}, {plan.world_size} process(es), mixed precision "
+                   f"{s['mixed_precision']}, semantics {s['semantics']} (resume_data_position "
+                   f"{str(s['resume_data_position']).lower()}, scheduler_stepping {s['scheduler_stepping']})")
         width = max([len(name) for name in planned] + [5])
         for r in results:
             click.echo(f"  {'PASS' if r['ok'] else 'FAIL'}  {r['check'].ljust(width)}  {r['measured']}"

@@ -80,7 +80,7 @@ def run(out: Path) -> None:
 
     collectives = {
         "gather": _record(types, "acc_all_gather", lambda: acc.gather(torch.tensor([float(rank)] * 2)).tolist()),
-        "gather_object": _record(types, "acc_gather_object", lambda: acc.gather_object({"rank": rank})),
+        "gather_object": _record(types, "acc_gather_object", lambda: acc._gather_objects({"rank": rank})),
         "reduce_sum": _record(types, "acc_all_reduce", lambda: acc.reduce(torch.tensor([rank + 1.0]), "sum").tolist()),
         "reduce_max": acc.reduce(torch.tensor([rank + 1.0]), "max").tolist(),
         "broadcast": _record(types, "acc_broadcast",

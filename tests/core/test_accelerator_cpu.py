@@ -63,8 +63,9 @@ def test_prepare_returns_objects_in_order_and_passes_others_through(accelerator)
     assert isinstance(out[2], AcceleratedScheduler) and out[2].scheduler is sched
     assert [b[0].tolist() for b in out[0]] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert accelerator.prepare(model) is model  # a single object comes back alone
-    with pytest.raises(ValueError, match="already prepared"):
-        accelerator.prepare(out[4])
+    # what was prepared comes back unchanged, as in Accelerate (and is not registered twice)
+    assert accelerator.prepare(out[4]) is out[4] and accelerator.prepare(out[0]) is out[0]
+    assert len(accelerator._optimizers) == 1 and len(accelerator._dataloaders) == 1
 
 
 def test_training_matches_a_plain_loop_exactly(accelerator):
@@ -88,8 +89,8 @@ def test_training_matches_a_plain_loop_exactly(accelerator):
 
 def test_collectives_are_identities_on_one_process(accelerator):
     t = torch.arange(6.0).reshape(3, 2)
-    assert torch.equal(accelerator.gather(t), t)
-    assert torch.equal(accelerator.gather(torch.tensor(5.0)), torch.tensor([5.0]))
+    assert accelerator.gather(t) is t  # on one process Accelerate returns the input as it is
+    assert accelerator.gather(torch.tensor(5.0)).shape == ()
     nested = {"a": t, "b": [t + 1, (t + 2,)]}
     gathered = accelerator.gather(nested)
     assert torch.equal(gathered["b"][1][0], t + 2) and isinstance(gathered["b"][1], tuple)
@@ -98,17 +99,18 @@ def test_collectives_are_identities_on_one_process(accelerator):
     assert torch.equal(accelerator.broadcast(t), t)
     assert accelerator.broadcast_object({"x": 1}) == {"x": 1}
     assert accelerator.broadcast_object(None) is None
-    assert accelerator.gather_object("me") == ["me"]
+    assert accelerator.gather_object("me") == "me"  # on one process, the object itself (Accelerate's)
     assert torch.equal(accelerator.pad_across_processes(t, dim=1), t)
     with pytest.raises(ValueError, match="reduction 'avg' is not one of"):
         accelerator.reduce(t, reduction="avg")
     accelerator.wait_for_everyone()
 
 
-def test_reduce_does_not_modify_the_input(accelerator):
+def test_reduce_does_not_modify_the_input_and_ignores_scale_as_accelerate_does(accelerator):
     t = torch.ones(3)
-    accelerator.reduce(t, reduction="sum", scale=2.0)
-    assert torch.equal(t, torch.ones(3))
+    with pytest.warns(UserWarning, match=r"reduce\(scale=2.0\) is ignored"):
+        out = accelerator.reduce(t, reduction="sum", scale=2.0)
+    assert torch.equal(t, torch.ones(3)) and torch.equal(out, t) and out is not t
 
 
 def test_gather_keeps_namedtuples(accelerator):

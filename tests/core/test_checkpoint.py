@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from acc import Accelerator, set_seed
+from acc import Accelerator, DataLoaderConfiguration, set_seed
 from acc.checkpoint import CheckpointError, ProjectConfiguration, digest
 
 
@@ -64,22 +64,42 @@ def state_of(model, opt) -> list[torch.Tensor]:
     return tensors
 
 
-def test_resume_mid_epoch_is_bitwise_identical(fresh_pm, tmp_path):
-    straight = setup(fresh_pm, tmp_path)
+@pytest.mark.parametrize("how", [{"semantics": "acc"},
+                                 {"dataloader_config": DataLoaderConfiguration(use_stateful_dataloader=True)}])
+def test_exact_resume_mid_epoch_is_bitwise_identical(fresh_pm, tmp_path, how):
+    """resume_data_position (acc's semantics, or Accelerate's use_stateful_dataloader spelling): the data
+    continue with the next batch, so saved after 7 and resumed for 10 equals 17 straight."""
+    straight = setup(fresh_pm, tmp_path, **how)
     seen_straight = train(*straight, steps=17)
     random_after_straight = torch.rand(3)
-    first = setup(fresh_pm, tmp_path)
+    first = setup(fresh_pm, tmp_path, **how)
     seen_a = train(*first, steps=7)
     first[0].save_state(tmp_path / "ckpt")
-    second = setup(fresh_pm, tmp_path)
+    second = setup(fresh_pm, tmp_path, **how)
     torch.manual_seed(12345)  # a different random stream: load_state must restore it
     second[0].load_state(tmp_path / "ckpt")
-    assert second[5].count == 7 and second[0].step == 7
+    assert second[5].count == 7 and second[0].applied_steps == 7
     seen_b = train(*second, steps=10)
     assert torch.equal(torch.rand(3), random_after_straight)  # the random stream continued where it was saved
     assert seen_a + seen_b == seen_straight
     assert all(torch.equal(a, b) for a, b in zip(state_of(straight[1], straight[2]), state_of(second[1], second[2])))
     assert straight[3].get_last_lr() == second[3].get_last_lr()
+
+
+def test_default_resume_restarts_the_epoch_and_says_so_once(fresh_pm, tmp_path, capsys):
+    """Accelerate's semantics: load_state restores model, optimizer, scheduler, RNG and counters, not the data
+    position; a checkpoint saved mid-epoch says so in one line."""
+    first = setup(fresh_pm, tmp_path)
+    train(*first, steps=7)
+    first[0].save_state(tmp_path / "ckpt")
+    second = setup(fresh_pm, tmp_path)
+    capsys.readouterr()
+    second[0].load_state(tmp_path / "ckpt")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "saved after batch" in line]
+    assert len(lines) == 1 and "after batch 7 of epoch 0" in lines[0] and "resume_data_position" in lines[0]
+    assert second[0].applied_steps == 7 and second[5].count == 7
+    assert all(torch.equal(a, b) for a, b in zip(state_of(first[1], first[2]), state_of(second[1], second[2])))
+    assert second[4].position() == (0, 0)  # the loader starts its epoch again
 
 
 def test_checkpoint_layout_and_manifest(fresh_pm, tmp_path):

@@ -17,6 +17,12 @@ def data(n: int = 256) -> TensorDataset:
     return TensorDataset(x, x @ w + 0.01 * torch.randn(n, 1, generator=g))
 
 
+@pytest.fixture(autouse=True)
+def fp16_on_cpu(monkeypatch):
+    """fp16 on the CPU is float32 by default (as in Accelerate); these tests exercise the real fp16 path."""
+    monkeypatch.setenv("ACC_FP16_ON_CPU", "1")
+
+
 def make(fresh_pm, **kwargs):
     set_seed(0)
     acc = Accelerator(plugin_manager=fresh_pm, **kwargs)
@@ -92,15 +98,15 @@ def test_fp16_overflow_skips_the_step_reports_it_and_training_continues(fresh_pm
         step(False)
         if not acc.optimizer_step_was_skipped:
             break
-    assert not acc.optimizer_step_was_skipped and acc.step == 1
+    assert not acc.optimizer_step_was_skipped and acc.applied_steps == 1
     before = [p.detach().clone() for p in model.parameters()]
     scale, lr = acc.scaler.get_scale(), sched.get_last_lr()
     step(True)
-    assert acc.optimizer_step_was_skipped and acc.step == 1
+    assert acc.optimizer_step_was_skipped and acc.applied_steps == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert acc.scaler.get_scale() == scale / 2 and sched.get_last_lr() == lr  # scheduler did not advance
     step(False)
-    assert not acc.optimizer_step_was_skipped and acc.step == 2
+    assert not acc.optimizer_step_was_skipped and acc.applied_steps == 2
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
@@ -133,37 +139,72 @@ def test_accumulation_equals_one_big_batch(fresh_pm):
     assert torch.allclose(run(8, 4), run(32, 1), rtol=1e-5, atol=1e-6)
 
 
-def test_end_of_data_forces_a_sync_and_scheduler_counts_real_steps(fresh_pm):
-    acc = Accelerator(plugin_manager=fresh_pm, gradient_accumulation_steps=4)
+def _accumulate_over(fresh_pm, **kwargs):
+    acc = Accelerator(plugin_manager=fresh_pm, gradient_accumulation_steps=4, **kwargs)
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
     loader = DataLoader(data(80), batch_size=8)  # 10 micro-batches: syncs at 4, 8 and 10 (end of data)
     model, opt, sched, loader = acc.prepare(model, opt, sched, loader)
-    syncs, lrs = [], []
+    syncs, lrs, steps = [], [], []
     for x, y in loader:
         with acc.accumulate(model):
             acc.backward(nn.functional.mse_loss(model(x), y))
             syncs.append(acc.sync_gradients)
+            steps.append(acc.step)
             opt.step()
             sched.step()
             opt.zero_grad()
             lrs.append(sched.get_last_lr()[0])
     assert syncs == [False, False, False, True, False, False, False, True, False, True]
-    assert acc.step == 3 and lrs[-1] == pytest.approx(1 / 4)
-    assert len(set(lrs)) == 4  # initial lr, then one change per optimizer step
+    assert acc.applied_steps == 3 and len(set(lrs)) == 4  # initial lr, then one change per optimizer step
+    # Accelerate's accelerator.step counts micro-steps and starts again at the end of the data
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8, 9, 0] and acc.step == 0
+    return sched
 
 
-def test_clipping_on_micro_steps_does_nothing(fresh_pm):
-    acc = Accelerator(plugin_manager=fresh_pm, gradient_accumulation_steps=2)
-    model = acc.prepare(nn.Linear(8, 1))
-    x, y = data(8).tensors
-    with acc.accumulate(model):
-        acc.backward(nn.functional.mse_loss(model(x), y))
-        assert not acc.sync_gradients and acc.clip_grad_norm_(model.parameters(), 1.0) is None
-    with acc.accumulate(model):
-        acc.backward(nn.functional.mse_loss(model(x), y))
-        assert acc.sync_gradients and acc.clip_grad_norm_(model.parameters(), 1.0) > 0
+def test_end_of_data_forces_a_sync_and_the_scheduler_steps_with_applied_steps(fresh_pm):
+    sched = _accumulate_over(fresh_pm)
+    # micro-steps count towards the scheduler's step count (Accelerate's adjust_scheduler), not its LR
+    assert sched.get_last_lr()[0] == pytest.approx(1 / 4) and sched.scheduler._step_count == 1 + 10
+    acc_sched = _accumulate_over(fresh_pm, semantics="acc")
+    assert acc_sched.get_last_lr()[0] == pytest.approx(1 / 4) and acc_sched.scheduler._step_count == 1 + 10
+
+
+def test_clipping_on_micro_steps_clips_as_accelerate_does_or_not_at_all(fresh_pm):
+    for semantics, on_micro in (("accelerate", True), ("acc", False)):
+        acc = Accelerator(plugin_manager=fresh_pm, gradient_accumulation_steps=2, semantics=semantics)
+        model = acc.prepare(nn.Linear(8, 1))
+        x, y = data(8).tensors
+        with acc.accumulate(model):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            norm = acc.clip_grad_norm_(model.parameters(), 1.0)
+            assert not acc.sync_gradients and (norm is not None and norm > 0) == on_micro, semantics
+        with acc.accumulate(model):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            assert acc.sync_gradients and acc.clip_grad_norm_(model.parameters(), 1.0) > 0
+
+
+def test_fp16_on_the_cpu_trains_float32_unless_asked(fresh_pm, monkeypatch, capsys):
+    monkeypatch.setenv("ACC_FP16_ON_CPU", "0")
+    acc, model, _ = make(fresh_pm, mixed_precision="fp16")
+    model = acc.prepare(model)
+    assert acc.mixed_precision == "fp16" and acc.scaler is None and not acc.native_amp
+    assert model(torch.randn(2, 8)).dtype == torch.float32
+    monkeypatch.setenv("ACC_FP16_ON_CPU", "1")
+    acc2, _, _ = make(fresh_pm, mixed_precision="fp16")
+    assert acc2.scaler is not None and acc2.native_amp
+
+
+def test_native_amp_false_turns_autocast_off(fresh_pm):
+    acc, model, _ = make(fresh_pm, mixed_precision="bf16")
+    assert acc.native_amp
+    acc.native_amp = False  # what diffusers' scripts do on devices where autocast is slow
+    model = acc.prepare(model)
+    inner = []
+    model[0].register_forward_hook(lambda m, i, o: inner.append(o.dtype))
+    model(torch.randn(2, 8))
+    assert inner == [torch.float32]
 
 
 def test_unsupported_precision_is_a_clear_error_at_setup(fresh_pm, monkeypatch):

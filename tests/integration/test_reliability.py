@@ -124,7 +124,7 @@ def test_tee_and_log_dir(tmp_path):
 def test_acc_check_passes_on_a_healthy_install(tmp_path):
     proc = run([ACC, "check", *DDP2], tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("PASS") == 7 and "FAIL" not in proc.stdout
+    assert proc.stdout.count("PASS") == 8 and "FAIL" not in proc.stdout
 
 
 def test_acc_check_fails_the_matching_check_on_a_broken_backend(tmp_path):

@@ -48,7 +48,7 @@ def main() -> None:
     state = accelerator.get_state_dict(model)  # whole on process 0 even when the backend shards
     weights = torch.cat([t.detach().flatten().float() for t in state.values()]) if state else torch.zeros(0)
     dump(args.out, accelerator.process_index, {"weights": weights.tolist(), "grads": grads, "syncs": syncs,
-                                               "lrs": lrs, "norms": norms, "steps": accelerator.step})
+                                               "lrs": lrs, "norms": norms, "steps": accelerator.applied_steps})
     accelerator.end_training()
 
 

@@ -30,17 +30,17 @@ def main() -> None:
     model, opt, loader = acc.prepare(model, opt, loader)
     if (config.checkpoints_dir).exists():
         acc.load_state()  # the newest complete checkpoint
-    acc.print(f"attempt {attempt} starts at step {acc.step}")
+    acc.print(f"attempt {attempt} starts at step {acc.applied_steps}")
     for x, y in loader:
-        if acc.step >= args.steps:
+        if acc.applied_steps >= args.steps:
             break
-        if attempt == 0 and acc.step == args.fail_at and acc.process_index == 1:
+        if attempt == 0 and acc.applied_steps == args.fail_at and acc.process_index == 1:
             raise RuntimeError("simulated crash")
         acc.backward(nn.functional.mse_loss(model(x), y))
         opt.step()
         opt.zero_grad()
         acc.save_state()
-    acc.print(f"finished {acc.step} steps")
+    acc.print(f"finished {acc.applied_steps} steps")
     acc.end_training()
 
 

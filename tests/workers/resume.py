@@ -82,7 +82,7 @@ def main() -> None:
     dump(args.out, accelerator.process_index, {
         "weights": [p.detach().flatten().tolist() for p in accelerator.unwrap_model(model).parameters()],
         "adam": [[s["exp_avg"].flatten().tolist(), s["exp_avg_sq"].flatten().tolist()] for _, s in sorted(state.items())],
-        "seen": seen, "count": counter.count, "lr": sched.get_last_lr(), "step": accelerator.step,
+        "seen": seen, "count": counter.count, "lr": sched.get_last_lr(), "step": accelerator.applied_steps,
         "rand": torch.rand(3).tolist(),
     })
     accelerator.end_training()

@@ -80,13 +80,8 @@ def acc_env_report(settings: Any) -> dict[str, str]:
 @acc.hookimpl
 def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
     from acc import distributed
-    from acc.kwargs import InitProcessGroupKwargs
 
-    override = ctx.handler(InitProcessGroupKwargs)
-    pg_backend = (override and override.backend) or ctx.settings["process_group_backend"]
-    if override and override.timeout:
-        ctx.settings = ctx.settings.override("timeout", float(override.timeout), "code InitProcessGroupKwargs")
-    return distributed.init_process_group(ctx, NAME, pg_backend)
+    return distributed.init_process_group(ctx, NAME, ctx.settings["process_group_backend"])
 
 
 @acc.hookimpl

@@ -11,17 +11,19 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
-from tests.plugins.ddp.test_ddp import DDP2, acc_launch
+from tests.plugins.ddp.test_ddp import ACC_SEMANTICS, DDP2, acc_launch
 
 pytestmark = pytest.mark.slow
 
 
 def test_resume_in_a_new_launch_is_bitwise_identical(tmp_path):
-    acc_launch(tmp_path, DDP2, "resume.py", ["--out", str(tmp_path / "straight"), "--steps", "12"])
-    acc_launch(tmp_path, DDP2, "resume.py", ["--out", str(tmp_path / "a"), "--steps", "5",
-                                             "--save", str(tmp_path / "ckpt")])
-    acc_launch(tmp_path, DDP2, "resume.py", ["--out", str(tmp_path / "b"), "--steps", "7",
-                                             "--load", str(tmp_path / "ckpt")])
+    """acc's exact resume (--semantics acc: resume_data_position): the data continue with the next batch."""
+    exact = [*DDP2, *ACC_SEMANTICS]
+    acc_launch(tmp_path, exact, "resume.py", ["--out", str(tmp_path / "straight"), "--steps", "12"])
+    acc_launch(tmp_path, exact, "resume.py", ["--out", str(tmp_path / "a"), "--steps", "5",
+                                              "--save", str(tmp_path / "ckpt")])
+    acc_launch(tmp_path, exact, "resume.py", ["--out", str(tmp_path / "b"), "--steps", "7",
+                                              "--load", str(tmp_path / "ckpt")])
     straight, a, b = (read_rank_results(tmp_path / n) for n in ("straight", "a", "b"))
     for rank in (0, 1):
         assert straight[rank]["weights"] == b[rank]["weights"]

@@ -6,15 +6,16 @@ import pytest
 import torch
 
 from tests.conftest import read_rank_results
-from tests.plugins.ddp.test_ddp import DDP2, acc_launch
+from tests.plugins.ddp.test_ddp import ACC_SEMANTICS, DDP2, acc_launch
 
 pytestmark = pytest.mark.slow
 
 
 def test_accumulation_matches_one_big_step_and_really_skips_sync(tmp_path):
     # 2 processes x batch 4 x 3 micro-steps = 24 samples per optimizer step, 4 optimizer steps
-    acc_launch(tmp_path, DDP2, "loop_semantics.py", ["--out", str(tmp_path / "acc"), "--batch", "4", "--accum", "3"])
-    acc_launch(tmp_path, [], "loop_semantics.py", ["--out", str(tmp_path / "big"), "--batch", "24"])
+    acc_launch(tmp_path, [*DDP2, *ACC_SEMANTICS], "loop_semantics.py", ["--out", str(tmp_path / "acc"), "--batch", "4",
+                                                                        "--accum", "3"])
+    acc_launch(tmp_path, ACC_SEMANTICS, "loop_semantics.py", ["--out", str(tmp_path / "big"), "--batch", "24"])
     ddp, big = read_rank_results(tmp_path / "acc"), read_rank_results(tmp_path / "big")
     assert ddp[0]["steps"] == big[0]["steps"] == 4
     assert torch.allclose(torch.tensor(ddp[0]["weights"]), torch.tensor(big[0]["weights"]), rtol=1e-5, atol=1e-6)
@@ -24,17 +25,24 @@ def test_accumulation_matches_one_big_step_and_really_skips_sync(tmp_path):
         assert same == sync, f"micro-step {i}: gradients {'differ' if sync else 'agree'} across ranks"
 
 
-def test_scheduler_follows_optimizer_steps_not_processes(tmp_path):
-    acc_launch(tmp_path, DDP2, "loop_semantics.py", ["--out", str(tmp_path / "acc"), "--batch", "4", "--accum", "3"])
-    acc_launch(tmp_path, [], "loop_semantics.py", ["--out", str(tmp_path / "one"), "--batch", "24"])
-    ddp, one = read_rank_results(tmp_path / "acc"), read_rank_results(tmp_path / "one")
-    assert ddp[0]["lrs"] == ddp[1]["lrs"] == one[0]["lrs"]
+def test_scheduler_steps_once_per_process_by_default_and_once_with_acc_semantics(tmp_path):
+    acc_launch(tmp_path, DDP2, "loop_semantics.py", ["--out", str(tmp_path / "default"), "--batch", "4", "--accum", "3"])
+    acc_launch(tmp_path, [*DDP2, "--scheduler-stepping", "once"], "loop_semantics.py",
+               ["--out", str(tmp_path / "once"), "--batch", "4", "--accum", "3"])
+    acc_launch(tmp_path, ACC_SEMANTICS, "loop_semantics.py", ["--out", str(tmp_path / "one"), "--batch", "24"])
+    default, once, one = (read_rank_results(tmp_path / n) for n in ("default", "once", "one"))
+    # Accelerate's rule: num_processes scheduler steps per optimizer step (2 here), as its scripts expect
+    assert default[0]["lrs"] == default[1]["lrs"] == pytest.approx([0.05 / 3, 0.05 / 5, 0.05 / 7, 0.05 / 9])
+    # acc's rule: one per applied optimizer step, the same schedule as on one process
+    assert once[0]["lrs"] == once[1]["lrs"] == one[0]["lrs"]
     assert one[0]["lrs"] == pytest.approx([0.05 / 2, 0.05 / 3, 0.05 / 4, 0.05 / 5])
 
 
 def test_clipping_reports_the_global_norm(tmp_path):
-    acc_launch(tmp_path, DDP2, "loop_semantics.py", ["--out", str(tmp_path / "ddp"), "--batch", "8", "--clip", "0.5"])
-    acc_launch(tmp_path, [], "loop_semantics.py", ["--out", str(tmp_path / "one"), "--batch", "16", "--clip", "0.5"])
+    acc_launch(tmp_path, [*DDP2, *ACC_SEMANTICS], "loop_semantics.py", ["--out", str(tmp_path / "ddp"), "--batch", "8",
+                                                                        "--clip", "0.5"])
+    acc_launch(tmp_path, ACC_SEMANTICS, "loop_semantics.py", ["--out", str(tmp_path / "one"), "--batch", "16", "--clip",
+                                                              "0.5"])
     ddp, one = read_rank_results(tmp_path / "ddp"), read_rank_results(tmp_path / "one")
     assert ddp[0]["norms"] == ddp[1]["norms"]
     assert torch.allclose(torch.tensor(ddp[0]["norms"]), torch.tensor(one[0]["norms"]), rtol=1e-5)

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results, run
-from tests.plugins.ddp.test_ddp import acc_launch, free_port
+from tests.plugins.ddp.test_ddp import ACC_SEMANTICS, acc_launch, free_port
 
 pytestmark = pytest.mark.slow
 DS = ["--backend", "deepspeed", "--nproc", "2"]
@@ -43,7 +43,7 @@ def test_the_same_script_runs_on_cpu_too(tmp_path):
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_resume_in_a_new_launch_continues_exactly(tmp_path, stage):
-    flags = [*DS, "--zero-stage", str(stage)]
+    flags = [*DS, "--zero-stage", str(stage), *ACC_SEMANTICS]  # exact resume: the data continue by themselves
     acc_launch(tmp_path, flags, "layers.py", ["--out", str(tmp_path / "straight"), "--steps", "16"])
     acc_launch(tmp_path, flags, "layers.py", ["--out", str(tmp_path / "a"), "--steps", "8", "--save",
                                               str(tmp_path / "ckpt")])
@@ -65,24 +65,25 @@ def test_save_model_gathers_zero3_weights_for_the_plain_model(tmp_path):
 
 
 def test_accumulation_boundaries_agree_with_acc(tmp_path):
-    acc_launch(tmp_path, [*DS, "--zero-stage", "2"], "loop_semantics.py",
+    acc_launch(tmp_path, [*DS, "--zero-stage", "2", *ACC_SEMANTICS], "loop_semantics.py",
                ["--out", str(tmp_path / "acc"), "--batch", "4", "--accum", "3"])
-    acc_launch(tmp_path, [], "loop_semantics.py", ["--out", str(tmp_path / "big"), "--batch", "24"])
+    acc_launch(tmp_path, ACC_SEMANTICS, "loop_semantics.py", ["--out", str(tmp_path / "big"), "--batch", "24"])
     ds, big = read_rank_results(tmp_path / "acc"), read_rank_results(tmp_path / "big")
     assert ds[0]["steps"] == big[0]["steps"] == 4 and ds[0]["lrs"] == big[0]["lrs"]
     assert torch.allclose(torch.tensor(ds[0]["weights"]), torch.tensor(big[0]["weights"]), rtol=1e-5, atol=1e-6)
 
 
 def test_clipping_happens_in_the_engine_with_the_configured_norm(tmp_path):
-    acc_launch(tmp_path, [*DS, "--zero-stage", "2", "--gradient-clipping", "0.5"], "loop_semantics.py",
+    acc_launch(tmp_path, [*DS, "--zero-stage", "2", "--gradient-clipping", "0.5", *ACC_SEMANTICS], "loop_semantics.py",
                ["--out", str(tmp_path / "ds"), "--batch", "8", "--clip", "0.5"])
-    acc_launch(tmp_path, [], "loop_semantics.py", ["--out", str(tmp_path / "one"), "--batch", "16", "--clip", "0.5"])
+    acc_launch(tmp_path, ACC_SEMANTICS, "loop_semantics.py", ["--out", str(tmp_path / "one"), "--batch", "16",
+                                                              "--clip", "0.5"])
     ds, one = read_rank_results(tmp_path / "ds"), read_rank_results(tmp_path / "one")
     assert torch.allclose(torch.tensor(ds[0]["weights"]), torch.tensor(one[0]["weights"]), rtol=1e-5, atol=1e-6)
     # the engine's norm is known after its step: the reported norms trail the single-process ones by a step
     assert torch.allclose(torch.tensor(ds[0]["norms"][1:]), torch.tensor(one[0]["norms"][:-1]), rtol=1e-4)
     # with nothing configured, the script's own clip_grad_norm_ sets the engine's clipping: same result as above
-    acc_launch(tmp_path, [*DS, "--zero-stage", "2"], "loop_semantics.py",
+    acc_launch(tmp_path, [*DS, "--zero-stage", "2", *ACC_SEMANTICS], "loop_semantics.py",
                ["--out", str(tmp_path / "code"), "--batch", "8", "--clip", "0.5"])
     assert read_rank_results(tmp_path / "code")[0]["weights"] == ds[0]["weights"]
     proc = run([ACC, "launch", *DS, "--gradient-clipping", "0.5", str(WORKERS / "loop_semantics.py"), "--out",
@@ -154,7 +155,7 @@ def test_loading_never_runs_code_from_a_deepspeed_file(tmp_path):
 def test_acc_check_passes_on_deepspeed(tmp_path):
     proc = run([ACC, "check", *DS, "--zero-stage", "3"], tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("PASS") == 7
+    assert proc.stdout.count("PASS") == 8
 
 
 def test_two_machines_through_the_same_agent_settings(tmp_path):

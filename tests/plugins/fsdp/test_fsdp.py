@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import ACC, ROOT, WORKERS, read_rank_results, run
-from tests.plugins.ddp.test_ddp import acc_launch
+from tests.plugins.ddp.test_ddp import ACC_SEMANTICS, acc_launch
 
 pytestmark = pytest.mark.slow
 FSDP2 = ["--backend", "fsdp", "--nproc", "2", "--fsdp-wrap", "transformer_layer=Block"]
@@ -28,10 +28,11 @@ def test_losses_match_ddp_and_each_rank_holds_half(tmp_path):
 
 
 def test_resume_in_a_new_launch_continues_exactly(tmp_path):
-    acc_launch(tmp_path, FSDP2, "layers.py", ["--out", str(tmp_path / "straight"), "--steps", "20"])
-    acc_launch(tmp_path, FSDP2, "layers.py", ["--out", str(tmp_path / "a"), "--steps", "10",
+    exact = [*FSDP2, *ACC_SEMANTICS]  # exact resume: the data continue by themselves
+    acc_launch(tmp_path, exact, "layers.py", ["--out", str(tmp_path / "straight"), "--steps", "20"])
+    acc_launch(tmp_path, exact, "layers.py", ["--out", str(tmp_path / "a"), "--steps", "10",
                                               "--save", str(tmp_path / "ckpt")])
-    acc_launch(tmp_path, FSDP2, "layers.py", ["--out", str(tmp_path / "b"), "--steps", "10",
+    acc_launch(tmp_path, exact, "layers.py", ["--out", str(tmp_path / "b"), "--steps", "10",
                                               "--load", str(tmp_path / "ckpt")])
     straight, b = read_rank_results(tmp_path / "straight"), read_rank_results(tmp_path / "b")
     assert straight[0]["losses"][10:] == b[0]["losses"]
@@ -67,9 +68,10 @@ def test_save_model_and_merge_weights_give_the_plain_model(tmp_path):
 
 
 def test_accumulation_without_sync_matches_one_big_step(tmp_path):
-    acc_launch(tmp_path, ["--backend", "fsdp", "--nproc", "2"], "loop_semantics.py",
+    acc_launch(tmp_path, ["--backend", "fsdp", "--nproc", "2", *ACC_SEMANTICS], "loop_semantics.py",
                ["--out", str(tmp_path / "acc"), "--batch", "4", "--accum", "3", "--clip", "0.5"])
-    acc_launch(tmp_path, [], "loop_semantics.py", ["--out", str(tmp_path / "big"), "--batch", "24", "--clip", "0.5"])
+    acc_launch(tmp_path, ACC_SEMANTICS, "loop_semantics.py", ["--out", str(tmp_path / "big"), "--batch", "24",
+                                                              "--clip", "0.5"])
     fsdp, big = read_rank_results(tmp_path / "acc"), read_rank_results(tmp_path / "big")
     assert torch.allclose(torch.tensor(fsdp[0]["weights"]), torch.tensor(big[0]["weights"]), rtol=1e-5, atol=1e-6)
     assert torch.allclose(torch.tensor(fsdp[0]["norms"]), torch.tensor(big[0]["norms"]), rtol=1e-5)
@@ -88,7 +90,7 @@ def test_min_params_policy_and_bf16_track_fp32(tmp_path):
 def test_acc_check_passes_on_fsdp(tmp_path):
     proc = run([ACC, "check", "--backend", "fsdp", "--nproc", "2"], tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("PASS") == 7
+    assert proc.stdout.count("PASS") == 8
 
 
 @pytest.mark.parametrize("flags,message", [
