@@ -1,0 +1,118 @@
+"""Run one Accelerate-style script with Hugging Face Accelerate 1.15 and, with only its imports changed, with acc;
+compare what every rank recorded.
+
+The reference side runs in the venv `scripts/accelerate-venv.sh` builds (Accelerate on the main lane's torch;
+`cpu=True` in the scripts, 2 processes under torchrun, as Accelerate is run on CPUs). The acc side is the same
+file after `acc migrate --write`, started with `acc launch`. Each rank of a script writes OUT/rank<N>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ACC, ROOT, clean_env
+
+SCRIPTS = ROOT / "tests" / "differential" / "scripts"
+VENV_SCRIPT = ROOT / "scripts" / "accelerate-venv.sh"
+
+
+def build_reference_venv() -> Path:
+    """The reference venv's python (built once, cached under ~/.cache/acc); a failure fails, never skips."""
+    proc = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{VENV_SCRIPT} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def migrated(script: str, workdir: Path) -> Path:
+    """A copy of tests/differential/scripts/SCRIPT whose imports `acc migrate --write` changed to acc's."""
+    target = workdir / f"acc_{script}"
+    if not target.exists():
+        shutil.copy(SCRIPTS / script, target)
+        proc = subprocess.run([ACC, "migrate", "--write", str(target)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"acc migrate reports names acc lacks in {script}:\n{proc.stdout}{proc.stderr}"
+        assert "from accelerate" not in target.read_text()
+    return target
+
+
+def _run(cmd: list[str], out: Path, tmp: Path, what: str) -> None:
+    env = clean_env(tmp, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
+                             f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def run_accelerate(python: Path, script: str, args: list[str], nproc: int, out: Path, tmp: Path) -> dict[int, dict]:
+    """The script under Accelerate: plain python on 1 process, torchrun --standalone on several."""
+    launch = [str(python)] if nproc == 1 else [str(python), "-m", "torch.distributed.run", "--standalone",
+                                               f"--nproc_per_node={nproc}"]
+    _run([*launch, str(SCRIPTS / script), "--out", str(out), *args], out, tmp, "Accelerate's run")
+    return read(out, nproc)
+
+
+def run_acc(script_path: Path, args: list[str], nproc: int, out: Path, tmp: Path, backend: str = "ddp",
+            flags: tuple[str, ...] = ()) -> dict[int, dict]:
+    """The migrated script under `acc launch` (the cpu backend on 1 process unless `backend` says otherwise)."""
+    launch = [ACC, "launch", "--output-dir", ""]
+    if nproc > 1 or backend != "ddp":
+        launch += ["--backend", backend, "--nproc", str(nproc)]
+    _run([*launch, *flags, str(script_path), "--out", str(out), *args], out, tmp, "acc's run")
+    return read(out, nproc)
+
+
+def read(out: Path, nproc: int) -> dict[int, dict]:
+    ranks = {}
+    for rank in range(nproc):
+        path = out / f"rank{rank}.json"
+        assert path.exists(), f"rank {rank} wrote no {path.name} in {out}"
+        ranks[rank] = json.loads(path.read_text())
+    return ranks
+
+
+def _max_diff(a: list, b: list) -> float:
+    if len(a) != len(b):
+        return math.inf
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+def compare(reference: dict[int, dict], got: dict[int, dict], tol: float = 1e-6, lr_tol: float = 1e-12) -> list[str]:
+    """Every difference between the two runs' records, as readable lines (empty: they trained identically)."""
+    problems: list[str] = []
+    for rank in sorted(reference):
+        ref, mine = reference[rank], got[rank]
+        ref_steps, my_steps = ref.get("steps", []), mine.get("steps", [])
+        if len(ref_steps) != len(my_steps):
+            problems.append(f"rank {rank}: {len(ref_steps)} steps with Accelerate, {len(my_steps)} with acc")
+        for i, (a, b) in enumerate(zip(ref_steps, my_steps)):
+            if a["ids"] != b["ids"]:
+                problems.append(f"rank {rank} step {i}: samples {a['ids']} with Accelerate, {b['ids']} with acc")
+                break
+            if abs(a["lr"] - b["lr"]) > lr_tol:
+                problems.append(f"rank {rank} step {i}: lr {a['lr']} with Accelerate, {b['lr']} with acc")
+                break
+            for key in ("sync", "skipped"):
+                if a.get(key) != b.get(key):
+                    problems.append(f"rank {rank} step {i}: {key} {a.get(key)} with Accelerate, {b.get(key)} with acc")
+            for key in ("loss", "norm"):
+                x, y = a.get(key), b.get(key)
+                if (x is None) != (y is None) or (x is not None and abs(x - y) > tol):
+                    problems.append(f"rank {rank} step {i}: {key} {x} with Accelerate, {y} with acc")
+        for name, values in ref.get("weights", {}).items():
+            diff = _max_diff(values, mine.get("weights", {}).get(name, []))
+            if diff > tol:
+                problems.append(f"rank {rank}: weight {name} differs by {diff:.3g} (tolerance {tol})")
+        for i, (a, b) in enumerate(zip(ref.get("exp_avg", []), mine.get("exp_avg", []))):
+            diff = _max_diff(a, b)
+            if diff > tol:
+                problems.append(f"rank {rank}: optimizer state #{i} differs by {diff:.3g}")
+        for key in sorted(set(ref) - {"steps", "weights", "exp_avg"}):
+            if ref[key] != mine.get(key):
+                problems.append(f"rank {rank}: {key} = {ref[key]!r} with Accelerate, {mine.get(key)!r} with acc")
+    return problems
