@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
+from .enums import DistributedType
 from .hookspecs import HOOKSPEC_VERSION, hookimpl
 from .kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
                      GradScalerKwargs, InitProcessGroupKwargs)
@@ -22,6 +23,7 @@ _LAZY = {
     "set_seed": ("seed", "set_seed"),
     "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
     "skip_first_batches": ("data", "skip_first_batches"),
+    **{name: ("state", name) for name in ("PartialState", "AcceleratorState", "GradientState")},
     **{name: ("big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
                                               "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
     "init_on_device": ("big_model", "init_on_device"),
@@ -56,7 +58,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AutocastKwargs", "DataLoaderConfiguration", "DistributedDataParallelKwargs", "GradientAccumulationPlugin",
     "GradScalerKwargs", "InitProcessGroupKwargs",
-    "AccError", "Accelerator", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
+    "AccError", "Accelerator", "AcceleratorState", "DistributedType", "GradientState", "PartialState", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
     "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
     "DDPCommunicationHookType", "cpu_offload_with_hook", "find_executable_batch_size", "init_on_device",
     "is_rich_available", "load_checkpoint_in_model",

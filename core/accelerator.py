@@ -16,20 +16,22 @@ from typing import Any, Callable, Iterator
 import pluggy
 import torch
 
-from . import lifecycle
-from .assembly import Assembly, assemble_worker
+import weakref
+
+from .assembly import Assembly
 from .checkpoint import ProjectConfiguration
 from .collectives import CollectivesMixin
-from .context import RunContext
 from .data import DataSettings, PreparedDataLoader
 from .data import skip_first_batches as _skip_first_batches
+from .enums import DistributedType
 from .errors import AccError
-from .kwargs import (AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs,
-                     InitProcessGroupKwargs)
+from .kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
 from .plugins import fast_caller
 from .precision import BackendStepper, Precision, check_supported
+from .runtime import Runtime
 from .saving import SavingMixin
+from .state import only_on
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
@@ -90,7 +92,6 @@ class Accelerator(CollectivesMixin, SavingMixin):
             gradient_accumulation_steps = gradient_accumulation_plugin.num_steps
         self.gradient_accumulation_plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
         self.dataloader_config = dataloader_config or DataLoaderConfiguration()
-        assembly = assemble_worker(pm=plugin_manager)
         code = {
             "semantics": semantics,
             "mixed_precision": mixed_precision,
@@ -99,38 +100,16 @@ class Accelerator(CollectivesMixin, SavingMixin):
             "scheduler_stepping": None if step_scheduler_with_optimizer in (None, True) else "every_call",
             **_dataloader_config_settings(self.dataloader_config),
         }
-        settings = assembly.settings
-        for name, value in code.items():
-            if value is None:
-                continue
-            setting = assembly.registry[name]
-            try:
-                value = setting.convert(value)
-            except ValueError as exc:
-                raise AccError(f"Accelerator({name}={value!r}): {exc}") from None
-            if not settings.is_default(name) and settings[name] != value:
-                warnings.warn(
-                    f"Accelerator({name}={value!r}) overrides {name}={settings[name]!r} from "
-                    f"{settings.source(name)}", stacklevel=2,
-                )
-            settings = settings.override(name, value, f"code Accelerator({name}=...)", assembly.registry)
-        self._assembly: Assembly = assembly
-        self._pm = assembly.pm
+        handlers = list(kwargs_handlers or [])
+        _check_handlers(handlers)
+        self._runtime = Runtime(code, handlers, plugin_manager)
+        self._runtime.accelerator = weakref.ref(self)
+        self._assembly: Assembly = self._runtime.assembly
+        self._pm = self._runtime._pm
+        self.ctx = self._runtime.ctx
         self.device_placement = device_placement
         self._even_batches = self.dataloader_config.even_batches if even_batches is None else even_batches
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
-        handlers = list(kwargs_handlers or [])
-        _check_handlers(handlers)
-        self.ctx = RunContext(settings=settings, backend=settings["backend"], kwargs_handlers=handlers)
-        init = self.ctx.handler(InitProcessGroupKwargs)
-        if init is not None and init.timeout_seconds() is not None:
-            self.ctx.settings = self.ctx.settings.override("timeout", init.timeout_seconds(),
-                                                           "code InitProcessGroupKwargs(timeout=...)")
-        info = self._pm.hook.acc_setup(ctx=self.ctx)
-        if info is None:
-            raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
-        self.ctx.process = info
-        lifecycle.install(self.end_training)
         self._precision = self._make_precision()
         self._backward_hook = fast_caller(self._pm, "acc_backward")
         self._models: list[Any] = []
@@ -148,7 +127,6 @@ class Accelerator(CollectivesMixin, SavingMixin):
         if self.project_configuration.logging_dir is None:
             self.project_configuration.logging_dir = self.project_configuration.project_dir
         self.flag_tensor: torch.Tensor | None = None
-        self._ended = False
 
     def _make_precision(self) -> Precision:
         mode, info = self.mixed_precision, self.ctx.process
@@ -230,8 +208,23 @@ class Accelerator(CollectivesMixin, SavingMixin):
         return self.process_index == self.num_processes - 1
 
     @property
-    def distributed_type(self) -> str:
-        return self.ctx.process.distributed_type
+    def distributed_type(self) -> DistributedType | str:
+        """Accelerate's DistributedType of this run, as the backend declares it (e.g. MULTI_CPU, FSDP)."""
+        return self._runtime.distributed_type
+
+    @property
+    def state(self) -> Any:
+        """`AcceleratorState`: a view of this run (`logger.info(accelerator.state)` prints it)."""
+        from .state import AcceleratorState
+
+        return AcceleratorState()
+
+    @property
+    def gradient_state(self) -> Any:
+        """`GradientState`: a view of this run's accumulation and data-loader facts."""
+        from .state import GradientState
+
+        return GradientState()
 
     @property
     def use_distributed(self) -> bool:
@@ -561,27 +554,27 @@ class Accelerator(CollectivesMixin, SavingMixin):
 
     def on_main_process(self, function: Callable | None = None) -> Callable:
         """Decorator: run `function` on the main process only (returns None elsewhere)."""
-        return _only_on(self, function, lambda: self.is_main_process)
+        return only_on(function, lambda: self.is_main_process)
 
     def on_local_main_process(self, function: Callable | None = None) -> Callable:
         """Decorator: run `function` on each machine's local main process only."""
-        return _only_on(self, function, lambda: self.is_local_main_process)
+        return only_on(function, lambda: self.is_local_main_process)
 
     def on_last_process(self, function: Callable) -> Callable:
         """Decorator: run `function` on the last process only."""
-        return _only_on(self, function, lambda: self.is_last_process)
+        return only_on(function, lambda: self.is_last_process)
 
     def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
         """Decorator: run `function` on the process with global index `process_index` only."""
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
-        return _only_on(self, function, lambda: self.process_index == process_index)
+        return only_on(function, lambda: self.process_index == process_index)
 
     def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
         """Decorator: run `function` on the process with local index `local_process_index` only."""
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return _only_on(self, function, lambda: self.local_process_index == local_process_index)
+        return only_on(function, lambda: self.local_process_index == local_process_index)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """`print` on the local main process only."""
@@ -590,9 +583,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
 
     def end_training(self) -> None:
         """Release the backend's resources (process groups); call once at the end of the script."""
-        if not self._ended:
-            self._ended = True
-            self._pm.hook.acc_teardown(ctx=self.ctx)
+        self._runtime.teardown()
 
     def __deepcopy__(self, memo: dict) -> "Accelerator":
         return self  # one Accelerator per process, as in Accelerate
@@ -600,17 +591,6 @@ class Accelerator(CollectivesMixin, SavingMixin):
     def __repr__(self) -> str:
         return (f"Accelerator(backend={self.backend!r}, device={self.device}, process {self.process_index} of "
                 f"{self.num_processes}, mixed_precision={self.mixed_precision!r})")
-
-
-def _only_on(accelerator: Accelerator, function: Callable | None, here: Callable[[], bool]) -> Callable:
-    if function is None:
-        return lambda f: _only_on(accelerator, f, here)
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs) if here() else None
-
-    return wrapper
 
 
 def _mark_prepared(obj: Any) -> None:

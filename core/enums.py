@@ -114,3 +114,42 @@ class DynamoBackend(str, BaseEnum):
 
 __all__ = ["BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType", "DynamoBackend", "EnumWithContains",
            "LoggerType", "PrecisionType", "RNGType"]
+
+
+class DistributedType(str, enum.Enum):
+    """How the processes of a run share the work (Accelerate's names and values).
+
+    Each backend declares its own in `ProcessInfo.distributed_type` (acc_setup); a third-party backend may
+    declare a value of its own, which `as_distributed_type` then keeps as an upper-case string.
+    """
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+
+
+_DISTRIBUTED_ALIASES = {"XLA_TPU": "XLA", "XLA_CPU": "XLA", "TPU": "XLA", "MPS": "NO", "CPU": "NO", "CUDA": "NO"}
+
+
+def as_distributed_type(label: object) -> "DistributedType | str":
+    """A backend's declaration (a DistributedType, or a string such as acc 0.1's "multi_cpu") as Accelerate's
+    value; a value Accelerate does not know stays an upper-case string."""
+    if isinstance(label, DistributedType):
+        return label
+    text = str(getattr(label, "value", label)).upper()
+    text = _DISTRIBUTED_ALIASES.get(text, text)
+    try:
+        return DistributedType(text)
+    except ValueError:
+        return text

@@ -64,14 +64,18 @@ def replace_leaves(data: Any, new: list) -> Any:
     return apply(lambda _t: next(it), data)
 
 
-def send_to_device(data: Any, device: Any, non_blocking: bool = False) -> Any:
-    """Move every tensor (and every object with a `.to` method, e.g. tokenizer outputs) to `device`."""
+def send_to_device(data: Any, device: Any, non_blocking: bool = False, skip_keys: Any = None) -> Any:
+    """Move every tensor (and every object with a `.to` method, e.g. tokenizer outputs) to `device`; mapping
+    entries whose key is in `skip_keys` (a key or a list of keys) stay where they are."""
+    if isinstance(skip_keys, str):
+        skip_keys = [skip_keys]
     if isinstance(data, torch.Tensor):
         return data.to(device, non_blocking=non_blocking)
     if isinstance(data, (list, tuple)):
-        return _rebuild(data, [send_to_device(x, device, non_blocking) for x in data])
+        return _rebuild(data, [send_to_device(x, device, non_blocking, skip_keys) for x in data])
     if isinstance(data, Mapping):
-        out = {k: send_to_device(v, device, non_blocking) for k, v in data.items()}
+        skip = set(skip_keys or ())
+        out = {k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys) for k, v in data.items()}
         try:
             return type(data)(out)
         except TypeError:

@@ -71,6 +71,14 @@ _LAZY = {
     "is_torch_tensor": ("utils.operations", "is_torch_tensor"),
     "listify": ("utils.operations", "listify"),
     "recursively_apply": ("utils.operations", "recursively_apply"),
+    **{name: ("utils.operations", name) for name in (
+        "broadcast", "broadcast_object_list", "concatenate", "gather", "gather_object", "pad_across_processes",
+        "reduce", "slice_tensors", "synchronize_rng_state", "synchronize_rng_states", "wait_for_everyone")},
+    # the run's state and its configuration dataclasses
+    "DistributedType": ("enums", "DistributedType"),
+    "DataLoaderConfiguration": ("kwargs", "DataLoaderConfiguration"),
+    "GradientAccumulationPlugin": ("kwargs", "GradientAccumulationPlugin"),
+    "skip_first_batches": ("data", "skip_first_batches"),
     # modeling (the device-map names are acc.big_model's)
     "check_device_map": ("big_model", "check_device_map"),
     "compute_module_sizes": ("big_model", "compute_module_sizes"),

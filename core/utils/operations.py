@@ -136,3 +136,83 @@ def convert_outputs_to_fp32(model_forward: Callable) -> Callable:
 __all__ = ["ConvertOutputsToFp32", "convert_outputs_to_fp32", "convert_to_fp32", "find_batch_size", "find_device",
            "honor_type", "ignorant_find_batch_size", "is_namedtuple", "is_torch_tensor", "listify",
            "recursively_apply", "send_to_device"]
+
+
+# ------------------------------------------------------------------ the collectives, as free functions
+# Accelerate's `accelerate.utils` spelling of the collectives: each runs on the current run (the one an
+# Accelerator or a PartialState set up; the first call sets one up, as Accelerate's PartialState() does).
+
+
+def _run() -> Any:
+    from ..runtime import current_or_start
+
+    return current_or_start()
+
+
+def gather(tensor: Any) -> Any:
+    """Every process's tensors concatenated along dim 0 (a 0-d tensor becomes 1-d on several processes)."""
+    return _run().gather(tensor)
+
+
+def gather_object(object: Any) -> Any:  # noqa: A002 - Accelerate's parameter name
+    """Every process's picklable object in one flat list (each process's list unpacked one level)."""
+    return _run().gather_object(object)
+
+
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Process `from_process`'s tensors on every process, written into the tensors given."""
+    return _run().broadcast(tensor, from_process=from_process)
+
+
+def broadcast_object_list(object_list: list, from_process: int = 0) -> list:
+    """Process `from_process`'s list of picklable objects, written into `object_list` on every process."""
+    return _run().broadcast_object_list(object_list, from_process=from_process)
+
+
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Reduce every tensor across processes; the default here is "mean", as in Accelerate's free function."""
+    return _run().reduce(tensor, reduction=reduction, scale=scale)
+
+
+def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
+    """Pad each tensor along `dim` to the largest size any process has."""
+    return _run().pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+
+def wait_for_everyone() -> None:
+    """Wait until every process of the run reaches this line."""
+    _run().wait_for_everyone()
+
+
+def synchronize_rng_states(rng_types: list, generator: Any = None) -> None:
+    """Give every process rank 0's state of each RNG named in `rng_types` ("torch", "cuda", "generator", ...)."""
+    from ..data import synchronize_rng_states as sync
+
+    run = _run()
+    sync(list(rng_types), generator, run.broadcast_object if run.num_processes > 1 else (lambda obj, src: obj))
+
+
+def synchronize_rng_state(rng_type: Any = None, generator: Any = None) -> None:
+    """One RNG's state from rank 0 on every process."""
+    synchronize_rng_states([rng_type], generator)
+
+
+def concatenate(data: list, dim: int = 0) -> Any:
+    """Join a list of structures of the same shape (tensors, lists, tuples, dicts) along `dim`; a single
+    structure comes back as it is."""
+    first = data[0]
+    if isinstance(first, (tuple, list)):
+        return honor_type(first, (concatenate([d[i] for d in data], dim=dim) for i in range(len(first))))
+    if isinstance(first, Mapping):
+        return type(first)({k: concatenate([d[k] for d in data], dim=dim) for k in first})
+    if isinstance(first, torch.Tensor):
+        return torch.cat(data, dim=dim)
+    if isinstance(data, (tuple, list)) and len(data) == 1:
+        return first
+    raise TypeError(f"concatenate: can only join tensors (in lists, tuples or dicts), got {type(first).__name__}")
+
+
+def slice_tensors(data: Any, tensor_slice: Any, process_index: int | None = None,
+                  num_processes: int | None = None) -> Any:
+    """`data[tensor_slice]` for every tensor in `data`."""
+    return recursively_apply(lambda t: t[tensor_slice], data)

@@ -24,7 +24,24 @@ def test_process_facts(accelerator):
     assert accelerator.backend == "cpu" and accelerator.device == torch.device("cpu")
     assert (accelerator.num_processes, accelerator.process_index, accelerator.local_process_index) == (1, 0, 0)
     assert accelerator.is_main_process and accelerator.is_local_main_process and accelerator.is_last_process
-    assert accelerator.distributed_type == "no" and not accelerator.use_distributed
+    assert accelerator.distributed_type == acc.DistributedType.NO == "NO" and not accelerator.use_distributed
+
+
+def test_state_objects_are_views_of_the_run(accelerator):
+    from acc.state import AcceleratorState, GradientState, PartialState
+
+    state = PartialState()
+    assert (state.num_processes, state.process_index, state.device) == (1, 0, accelerator.device)
+    assert state.distributed_type == acc.DistributedType.NO and state.is_main_process and state.is_last_process
+    assert "Distributed environment: DistributedType.NO" in repr(accelerator.state)
+    assert "Mixed precision type: no" in repr(AcceleratorState())
+    grads = GradientState()
+    assert grads.sync_gradients and grads.num_steps == 1 and not grads.end_of_dataloader
+    accelerator.gradient_accumulation_steps = 3
+    assert GradientState().num_steps == 3 and accelerator.gradient_state.plugin_kwargs["num_steps"] == 3
+    with state.split_between_processes([1, 2, 3]) as part:
+        assert part == [1, 2, 3]
+    assert state.on_main_process(lambda: "ran")() == "ran" and state.on_process(lambda: 1, process_index=1)() is None
 
 
 def test_default_plugin_manager_comes_from_the_environment(monkeypatch):

@@ -1,0 +1,15 @@
+"""Accelerate's `accelerate.data_loader` names, for scripts that import from that path: acc's prepared loader,
+samplers and `skip_first_batches` (see acc.data and acc.sharding for what they do)."""
+
+from __future__ import annotations
+
+from .data import PreparedDataLoader, skip_first_batches
+from .sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
+
+DataLoaderShard = PreparedDataLoader
+DataLoaderDispatcher = PreparedDataLoader  # dispatching is a mode of the same loader (DataLoaderConfiguration)
+BatchSamplerShard = ShardedBatchSampler
+IterableDatasetShard = IterableShard
+
+__all__ = ["BatchSamplerShard", "DataLoaderDispatcher", "DataLoaderShard", "IterableDatasetShard",
+           "SeedableRandomSampler", "skip_first_batches"]

@@ -1,0 +1,117 @@
+"""One per process: the plugin set, the run context and the backend set up (`acc_setup`).
+
+An `Accelerator` builds one; so does `PartialState()` in a script without an Accelerator (an inference
+script), which is how it sets up the process group. `acc.state`'s objects and the free collectives of
+`acc.utils` are views of the current runtime, never a second copy of its facts.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping
+
+import pluggy
+
+from . import lifecycle
+from .assembly import Assembly, assemble_worker
+from .collectives import CollectivesMixin
+from .context import RunContext
+from .enums import DistributedType, as_distributed_type
+from .errors import AccError
+from .kwargs import InitProcessGroupKwargs
+
+_CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
+
+
+class Runtime(CollectivesMixin):
+    """The set-up backend of this process. `code` holds settings given in code (name -> value, None: not given),
+    applied over the launch settings with a warning where they contradict one that was set explicitly."""
+
+    def __init__(self, code: Mapping[str, Any] | None = None, kwargs_handlers: list | None = None,
+                 plugin_manager: pluggy.PluginManager | None = None, where: str = "Accelerator"):
+        assembly = assemble_worker(pm=plugin_manager)
+        settings = assembly.settings
+        for name, value in (code or {}).items():
+            if value is None:
+                continue
+            setting = assembly.registry[name]
+            try:
+                value = setting.convert(value)
+            except ValueError as exc:
+                raise AccError(f"{where}({name}={value!r}): {exc}") from None
+            if not settings.is_default(name) and settings[name] != value:
+                warnings.warn(f"{where}({name}={value!r}) overrides {name}={settings[name]!r} from "
+                              f"{settings.source(name)}", stacklevel=3)
+            settings = settings.override(name, value, f"code {where}({name}=...)", assembly.registry)
+        self.assembly: Assembly = assembly
+        self._pm = assembly.pm
+        self.ctx = RunContext(settings=settings, backend=settings["backend"], kwargs_handlers=list(kwargs_handlers or []))
+        init = self.ctx.handler(InitProcessGroupKwargs)
+        if init is not None and init.timeout_seconds() is not None:
+            self.ctx.settings = self.ctx.settings.override("timeout", init.timeout_seconds(),
+                                                           "code InitProcessGroupKwargs(timeout=...)")
+        info = self._pm.hook.acc_setup(ctx=self.ctx)
+        if info is None:
+            raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
+        self.ctx.process = info
+        self.accelerator: Any = None  # the Accelerator built on this runtime, if any (for GradientState)
+        self._ended = False
+        lifecycle.install(self.teardown)
+        _CURRENT["runtime"] = self
+
+    # -- facts
+    @property
+    def settings(self) -> Any:
+        return self.ctx.settings
+
+    @property
+    def device(self) -> Any:
+        return self.ctx.device
+
+    @property
+    def num_processes(self) -> int:
+        return self.ctx.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.ctx.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.ctx.local_process_index
+
+    @property
+    def distributed_type(self) -> DistributedType | str:
+        return as_distributed_type(self.ctx.process.distributed_type)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def teardown(self) -> None:
+        """Release the backend's resources (process groups) once."""
+        if not self._ended:
+            self._ended = True
+            self._pm.hook.acc_teardown(ctx=self.ctx)
+
+
+def current() -> Runtime | None:
+    """The runtime the last Accelerator (or PartialState) of this process set up, if it is still running."""
+    runtime = _CURRENT["runtime"]
+    return runtime if runtime is not None and not runtime.ended else None
+
+
+def current_or_start(cpu: bool = False, **kwargs: Any) -> Runtime:
+    """The current runtime, or a new one set up as an Accelerator would (PartialState's first call)."""
+    runtime = current()
+    if runtime is not None:
+        return runtime
+    handlers = []
+    if kwargs:
+        allowed = {"backend", "init_method", "timeout"}
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise TypeError(f"PartialState() got unexpected keyword argument(s) {', '.join(unknown)}; it takes "
+                            f"cpu and the process-group arguments {', '.join(sorted(allowed))}")
+        handlers.append(InitProcessGroupKwargs(**kwargs))
+    return Runtime({"cpu": True if cpu else None}, handlers, where="PartialState")

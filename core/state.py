@@ -1,0 +1,301 @@
+"""Accelerate's state objects: `PartialState`, `AcceleratorState`, `GradientState` (module `acc.state`).
+
+They are views of the current run (acc.runtime): creating one reads the process's facts, never copies them.
+`PartialState()` in a script without an `Accelerator` (an inference script started by `acc launch` or
+torchrun) sets the backend up as `Accelerator()` would, so `split_between_processes`, `wait_for_everyone`
+and the free collectives of `acc.utils` work there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
+
+from . import runtime as _runtime
+from .enums import DistributedType
+
+
+def is_initialized() -> bool:
+    """Whether a run (an Accelerator or a PartialState) is set up in this process."""
+    return _runtime.current() is not None
+
+
+class PartialState:
+    """The process's place in the run: device, indices, the process group. Every instance sees the same run."""
+
+    def __init__(self, cpu: bool = False, **kwargs: Any):
+        _runtime.current_or_start(cpu=cpu, **kwargs)
+
+    @property
+    def _run(self) -> Any:
+        return _runtime.current_or_start()
+
+    @property
+    def initialized(self) -> bool:
+        return is_initialized()
+
+    @property
+    def distributed_type(self) -> DistributedType | str:
+        return self._run.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self._run.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self._run.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self._run.local_process_index
+
+    @property
+    def device(self) -> Any:
+        return self._run.device
+
+    @property
+    def backend(self) -> str | None:
+        """The torch.distributed backend ("gloo", "nccl", ...), or None on one process."""
+        if self.num_processes == 1:
+            return None
+        return self._run.ctx.backend_state.get("pg_backend")
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def debug(self) -> bool:
+        return False
+
+    def wait_for_everyone(self) -> None:
+        self._run.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """This process's contiguous share of a list, tuple, tensor, `datasets.Dataset` or dict of them."""
+        with self._run.split_between_processes(inputs, apply_padding=apply_padding) as part:
+            yield part
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        with self._first(self.is_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        with self._first(self.is_local_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def _first(self, leader: bool) -> Iterator[None]:
+        if not leader:
+            self.wait_for_everyone()
+        yield
+        if leader:
+            self.wait_for_everyone()
+
+    def on_main_process(self, function: Callable | None = None) -> Callable:
+        return only_on(function, lambda: self.is_main_process)
+
+    def on_local_main_process(self, function: Callable | None = None) -> Callable:
+        return only_on(function, lambda: self.is_local_main_process)
+
+    def on_last_process(self, function: Callable) -> Callable:
+        return only_on(function, lambda: self.is_last_process)
+
+    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return only_on(function, lambda: self.process_index == process_index)
+
+    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return only_on(function, lambda: self.local_process_index == local_process_index)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """`print` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    @property
+    def default_device(self) -> Any:
+        return self.device
+
+    def set_device(self) -> None:
+        """The device is set when the run is set up (acc_setup); nothing to do."""
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """End the run's process group (what Accelerator.end_training does)."""
+        run = _runtime.current()
+        if run is not None:
+            run.teardown()
+
+    def _header(self) -> str:
+        backend = self.backend
+        return (f"Distributed environment: {self.distributed_type}{f'  Backend: {backend}' if backend else ''}\n"
+                f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
+                f"Local process index: {self.local_process_index}\nDevice: {self.device}\n")
+
+    def __repr__(self) -> str:
+        return self._header()
+
+
+class AcceleratorState(PartialState):
+    """PartialState plus the run's training configuration (mixed precision, the sharding backend's plugin)."""
+
+    @property
+    def mixed_precision(self) -> str:
+        return self._run.settings["mixed_precision"]
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """A view of the DeepSpeed configuration when the run uses the deepspeed backend, else None."""
+        run = self._run
+        if run.distributed_type != DistributedType.DEEPSPEED:
+            return None
+        return _DeepSpeedView(run)
+
+    @property
+    def fsdp_plugin(self) -> Any:
+        return None
+
+    @property
+    def dynamo_plugin(self) -> Any:
+        return None
+
+    @property
+    def use_ipex(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return self._header() + f"\nMixed precision type: {self.mixed_precision}\n"
+
+
+class _DeepSpeedView:
+    """What scripts read of `AcceleratorState().deepspeed_plugin`: the engine's config and the ZeRO stage."""
+
+    def __init__(self, run: Any):
+        self._run = run
+
+    @property
+    def deepspeed_config(self) -> dict:
+        return self._run.ctx.backend_state.setdefault("ds_config", {})
+
+    @property
+    def zero_stage(self) -> int:
+        return int(self._run.settings.get("zero_stage", 0) or 0)
+
+    @property
+    def hf_ds_config(self) -> Any:
+        return None
+
+
+class GradientState:
+    """The run's gradient-accumulation facts: whether this micro-step syncs, the active data loader's end."""
+
+    def __init__(self, gradient_accumulation_plugin: Any = None):
+        self._plugin = gradient_accumulation_plugin
+
+    @property
+    def _accelerator(self) -> Any:
+        run = _runtime.current()
+        ref = run.accelerator if run is not None else None
+        return ref() if ref is not None else None
+
+    @property
+    def _loop(self) -> Any:
+        run = _runtime.current()
+        if run is None:
+            from .context import LoopState
+
+            return LoopState()
+        return run.ctx.loop
+
+    @property
+    def initialized(self) -> bool:
+        return is_initialized()
+
+    @property
+    def plugin_kwargs(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        plugin = self._plugin or getattr(self._accelerator, "gradient_accumulation_plugin", None)
+        kwargs = asdict(plugin) if plugin is not None else {}
+        kwargs["num_steps"] = self.num_steps
+        return kwargs
+
+    @property
+    def num_steps(self) -> int:
+        accelerator = self._accelerator
+        return accelerator.gradient_accumulation_steps if accelerator is not None else 1
+
+    @property
+    def adjust_scheduler(self) -> bool:
+        return self.plugin_kwargs.get("adjust_scheduler", True)
+
+    @property
+    def sync_with_dataloader(self) -> bool:
+        return self.plugin_kwargs.get("sync_with_dataloader", True)
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self._loop.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self._loop.sync_gradients = bool(value)
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        return self._loop.end_of_dataloader
+
+    @property
+    def remainder(self) -> int:
+        return self._loop.remainder
+
+    @property
+    def active_dataloader(self) -> Any:
+        return self._loop.active_loader
+
+    @property
+    def dataloader_references(self) -> list:
+        return list(self._loop.active_loaders) or [None]
+
+    @property
+    def in_dataloader(self) -> bool:
+        return self._loop.active_loader is not None
+
+    def __repr__(self) -> str:
+        return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: {self.end_of_dataloader}\n"
+                f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self.plugin_kwargs}\n")
+
+
+def only_on(function: Callable | None, here: Callable[[], bool]) -> Callable:
+    """`function` wrapped to run only where `here()` holds (None elsewhere); without it, the decorator."""
+    if function is None:
+        return lambda f: only_on(f, here)
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs) if here() else None
+
+    return wrapper
+
+
+__all__ = ["AcceleratorState", "DistributedType", "GradientState", "PartialState", "is_initialized"]
