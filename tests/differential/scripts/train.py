@@ -105,6 +105,15 @@ class Net(nn.Module):
         return self.body(x)
 
 
+def adam_state(optimizer):
+    """Adam's first moments, when the optimizer keeps them as plain tensors (not under a sharding backend)."""
+    try:
+        state = optimizer.state_dict()["state"]
+        return [s["exp_avg"].flatten().tolist() for _, s in sorted(state.items())]
+    except (KeyError, RuntimeError, TypeError, AttributeError):
+        return None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -211,12 +220,11 @@ def main():
             all_ids, all_preds, all_y = accelerator.gather_for_metrics((ids, preds, y))
             gathered_ids += all_ids.tolist()
             correct += (all_preds == all_y).sum().item()
-    unwrapped = accelerator.unwrap_model(model)
-    state = optimizer.state_dict()["state"]
+    weights = accelerator.get_state_dict(model)  # whole on the main process, also when a backend shards
     result = {
         "steps": steps,
-        "weights": {k: v.flatten().tolist() for k, v in unwrapped.state_dict().items()},
-        "exp_avg": [s["exp_avg"].flatten().tolist() for _, s in sorted(state.items())],
+        "weights": {k: v.flatten().tolist() for k, v in weights.items()} if accelerator.is_main_process else {},
+        "exp_avg": adam_state(optimizer),
         "eval_ids": gathered_ids,
         "accuracy": correct / max(1, len(gathered_ids)),
         "num_processes": accelerator.num_processes,
