@@ -190,3 +190,29 @@ def test_shuffled_loader_order_depends_on_seed_and_epoch(fresh_pm):
     first, again, other = orders(7), orders(7), orders(8)
     assert first == again and first != other
     assert first[0] != first[1] and sorted(first[0]) == sorted(first[1]) == list(range(16))
+
+
+def test_split_keeps_a_dataset_a_dataset_and_pads_as_accelerate_does():
+    """split_between_processes on an object with `select` (a datasets.Dataset) gives a Dataset back."""
+    from acc.collectives import split
+
+    class Rows:  # the part of datasets.Dataset's interface the split uses
+        def __init__(self, rows):
+            self.rows = list(rows)
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __getitem__(self, i):
+            return self.rows[i]
+
+        def select(self, indices):
+            return Rows(self.rows[i] for i in indices)
+
+    parts = [split(Rows("abcde"), 2, r, apply_padding=True) for r in range(2)]
+    assert all(isinstance(p, Rows) for p in parts) and [p.rows for p in parts] == [list("abc"), list("dee")]
+    assert split(list(range(5)), 3, 2, apply_padding=False) == [4]
+    assert split(torch.arange(5), 2, 1, apply_padding=True).tolist() == [3, 4, 4]
+    assert split((1, 2, 3), 2, 1, apply_padding=True) == (3, 3)
+    with pytest.raises(ValueError, match="same length"):
+        split({"a": [1, 2], "b": [1]}, 2, 0, False)

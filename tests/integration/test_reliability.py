@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ACC, ROOT, WORKERS, clean_env, run
+from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results, run
 
 pytestmark = pytest.mark.slow
 DDP2 = ["--backend", "ddp", "--nproc", "2"]
@@ -134,3 +134,15 @@ def test_acc_check_fails_the_matching_check_on_a_broken_backend(tmp_path):
     line = next(ln for ln in proc.stdout.splitlines() if "metric gathering" in ln)
     assert line.strip().startswith("FAIL")
     assert "PASS  processes started" in proc.stdout
+
+
+@pytest.mark.parametrize("backend", ["ddp", "fsdp", "deepspeed"])
+def test_init_process_group_kwargs_timeout_reaches_every_backend(tmp_path, backend):
+    """InitProcessGroupKwargs(timeout=timedelta(seconds=77)), Accelerate's spelling, sets the process group's
+    timeout (and the run's `timeout` setting, which bounds every collective) on each torch.distributed backend."""
+    proc = run([ACC, "launch", "--backend", backend, "--nproc", "2", str(WORKERS / "pg_timeout.py"), "--out",
+                str(tmp_path / "o"), "--seconds", "77"], tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for record in read_rank_results(tmp_path / "o").values():
+        assert record["group_timeout"] == 77.0 and record["setting"] == 77.0
+        assert record["source"] == "code InitProcessGroupKwargs(timeout=...)"
