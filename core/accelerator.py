@@ -49,6 +49,10 @@ class Accelerator(CollectivesMixin, SavingMixin):
     (tests and embedding: a ready pluggy manager).
     """
 
+    # Accelerate's arguments acc takes only as None today (an error names them otherwise)
+    _unsupported_arguments = ("deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin", "log_with",
+                              "dynamo_backend", "dynamo_plugin", "deepspeed_plugins", "parallelism_config")
+
     def __init__(
         self,
         device_placement: bool = True,
@@ -77,10 +81,10 @@ class Accelerator(CollectivesMixin, SavingMixin):
         semantics: str | None = None,
         plugin_manager: pluggy.PluginManager | None = None,
     ):
-        _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
-                            parallelism_config=parallelism_config, log_with=log_with, dynamo_backend=dynamo_backend,
-                            dynamo_plugin=dynamo_plugin, deepspeed_plugin=deepspeed_plugin or deepspeed_plugins,
-                            fsdp_plugin=fsdp_plugin)
+        _refuse_unsupported(deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin, torch_tp_plugin=torch_tp_plugin,
+                            megatron_lm_plugin=megatron_lm_plugin, log_with=log_with, dynamo_backend=dynamo_backend,
+                            dynamo_plugin=dynamo_plugin, deepspeed_plugins=deepspeed_plugins,
+                            parallelism_config=parallelism_config)
         if split_batches is not _UNSET:
             warnings.warn(f"Accelerator(split_batches={split_batches!r}) is ignored, as Accelerate 1.15 ignores it; "
                           "to split batches pass dataloader_config=DataLoaderConfiguration(split_batches=True)",

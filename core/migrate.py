@@ -483,8 +483,12 @@ def _split_keyword(name: str) -> tuple[str, str]:
 
 
 def _accepts(obj: Any, keyword: str) -> bool:
+    """Whether `obj(keyword=...)` works: in its signature, and not among the arguments it takes only as None
+    (an `_unsupported_arguments` attribute, e.g. Accelerator's `log_with` until acc has trackers)."""
     import inspect
 
+    if keyword in getattr(obj, "_unsupported_arguments", ()):
+        return False
     try:
         signature = inspect.signature(obj)
     except (TypeError, ValueError):
@@ -548,29 +552,28 @@ def _instance_attributes(cls: type) -> set[str]:
 #                                       with < or <=, in an `if` whose body continues the loop)
 DIFFERENCES: list[dict[str, Any]] = [
     {
-        "id": "scheduler-scaled",
-        "readme": "**LR schedulers** step once per applied optimizer step — not once per process",
-        "match": [{"scaled_by": {"factor": "num_processes",
-                                 "where": r"(?i)warmup|sched|training_steps|total_steps|num_cycles"}}],
-        "message": "this schedule length is multiplied by num_processes, which suits Accelerate (it steps a "
-                   "prepared scheduler once per process); acc steps it once per applied optimizer step, so on N "
-                   "processes the schedule would last N times longer: drop the factor",
+        "id": "split-batches-ignored",
+        "readme": "`Accelerator(split_batches=True)` is ignored as in 1.15",
+        "match": [{"keyword": {"name": "split_batches", "value": True}}],
+        "message": "Accelerator(split_batches=True) is ignored, as Accelerate 1.15 ignores it (acc warns): to split "
+                   "batches pass dataloader_config=DataLoaderConfiguration(split_batches=True)",
     },
     {
-        "id": "scheduler-steps",
-        "readme": "**LR schedulers** step once per applied optimizer step — not once per process",
-        "match": [{"prepares": r"(?i)sched"}],
-        "message": "acc steps a prepared LR scheduler once per applied optimizer step (not once per process, not "
-                   "on accumulation micro-steps, not after a skipped fp16 step); Accelerate steps it once per "
-                   "process: size the schedule in optimizer steps",
-    },
-    {
-        "id": "resume-skip",
-        "readme": "resumes exactly: data continue with the next batch",
+        "id": "resume-skip-twice",
+        "readme": "the data continue with\nthe next batch and the script must not skip",
         "match": [{"skip_loop": r"(?i)resume|skip"}, {"call": "skip_first_batches"}],
-        "requires": [{"method": "load_state"}],
-        "message": "acc's load_state resumes exactly: the prepared data loaders continue with the next batch, so "
-                   "skipping the batches already trained here skips them a second time: remove the skip",
+        "requires": [{"method": "load_state"}, {"keyword": {"name": "use_stateful_dataloader", "value": True}}],
+        "message": "with use_stateful_dataloader=True acc's load_state continues the data loaders at the saved batch "
+                   "(exact resume, no torchdata needed), so skipping the batches already trained here skips them "
+                   "a second time: remove the skip",
+    },
+    {
+        "id": "reduce-scale",
+        "readme": "`reduce(scale=)` applies only on XLA",
+        "match": [{"keyword": {"name": "scale"}}],
+        "requires": [{"method": "reduce"}],
+        "message": "reduce(scale=...) is applied on XLA only, as Accelerate documents (acc warns elsewhere): "
+                   "multiply the result instead",
     },
     {
         "id": "checkpoints",
@@ -581,35 +584,11 @@ DIFFERENCES: list[dict[str, Any]] = [
                    "model weights with load_checkpoint_and_dispatch or load_state_dict instead",
     },
     {
-        "id": "set-epoch",
-        "readme": "**Shuffling** is the same on every process and changes each epoch without `set_epoch`",
-        "match": [{"call": "set_epoch"}],
-        "message": "acc's shuffling is the same on every process and changes each epoch without set_epoch (the "
-                   "call is not needed)",
-    },
-    {
-        "id": "even-batches",
-        "readme": "**even_batches** completes the last round with whole batches from the start of the epoch",
-        "match": [{"use": r"\beven_batches\b"}],
-        "message": "acc's even_batches completes the last round with whole batches from the start of the epoch; "
-                   "the data's short last batch stays short, as in a plain DataLoader; gather_for_metrics removes "
-                   "exactly the padding",
-    },
-    {
-        "id": "gather-sizes",
-        "readme": "**gather** accepts tensors whose first dimension differs across processes",
-        "match": [{"method": "pad_across_processes"}],
-        "message": "acc's gather accepts tensors whose first dimension differs across processes (sizes are "
-                   "exchanged first), so padding before a gather is not needed",
-    },
-    {
-        "id": "clip-micro-steps",
-        "readme": "**Clipping on accumulation micro-steps** does nothing and `clip_grad_norm_` returns None",
-        "match": [{"unguarded_method": {"method": "clip_grad_norm_", "guard": "sync_gradients"}}],
-        "requires": [{"method": "accumulate"}],
-        "message": "on accumulation micro-steps acc's clip_grad_norm_ does nothing and returns None (the gradients "
-                   "are not complete yet); on sync steps it returns the norm over all processes: call it under "
-                   "`if accelerator.sync_gradients:` when the result is used",
+        "id": "gather-object",
+        "readme": "**gather_object** of an object that is not a list returns each process's object",
+        "match": [{"call": "gather_object"}],
+        "message": "gather_object of an object that is not a list returns each process's object; Accelerate 1.15 "
+                   "iterates it (a dict gives its keys, a string its characters): lists behave the same",
     },
     {
         "id": "deepspeed-clipping",
