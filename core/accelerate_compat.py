@@ -58,7 +58,8 @@ def _only(ok: tuple[str, ...], offer: str) -> Flag:
 
 _MULTI_MACHINE = ("acc starts every machine's workers with torch's elastic agent: run `acc launch` on each machine "
                   "with --num_machines, --machine_rank and --main_process_ip")
-_DYNAMO = "acc has no dynamo setting yet: call torch.compile(model) in the script"
+_DYNAMO = ("acc compiles prepared models with --dynamo_backend BACKEND and torch.compile's defaults; for its other "
+           "options pass Accelerator(dynamo_plugin=TorchDynamoPlugin(...)) in the script")
 _MEGATRON = "acc has no Megatron-LM backend; its sharding backends are fsdp (--use_fsdp) and deepspeed (--use_deepspeed)"
 _PARALLELISM = ("acc has no N-d parallelism config (tensor/context/sequence parallel) yet; it shards data-parallel "
                 "with fsdp (--use_fsdp) or deepspeed (--use_deepspeed)")
@@ -80,7 +81,7 @@ FLAGS: dict[str, Flag] = {
     "num_cpu_threads_per_process": _no("set OMP_NUM_THREADS=N in the environment: workers keep it (without it, acc "
                                        "gives each of a machine's N processes cores/N threads)"),
     "enable_cpu_affinity": _no("acc sets no CPU affinity; use numactl or taskset around `acc launch`", False),
-    "dynamo_backend": _only(("no",), _DYNAMO),
+    "dynamo_backend": _alias("--dynamo-backend"),
     "dynamo_mode": _no(_DYNAMO),
     "dynamo_use_fullgraph": _no(_DYNAMO, False),
     "dynamo_use_dynamic": _no(_DYNAMO, False),

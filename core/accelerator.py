@@ -8,6 +8,7 @@ through a hook, so a backend changes behaviour without the facade knowing which 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import warnings
@@ -50,8 +51,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
     """
 
     # Accelerate's arguments acc takes only as None today (an error names them otherwise)
-    _unsupported_arguments = ("deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin", "log_with",
-                              "dynamo_backend", "dynamo_plugin", "deepspeed_plugins", "parallelism_config")
+    _unsupported_arguments = ("torch_tp_plugin", "megatron_lm_plugin", "parallelism_config")
 
     def __init__(
         self,
@@ -81,10 +81,18 @@ class Accelerator(CollectivesMixin, SavingMixin):
         semantics: str | None = None,
         plugin_manager: pluggy.PluginManager | None = None,
     ):
-        _refuse_unsupported(deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin, torch_tp_plugin=torch_tp_plugin,
-                            megatron_lm_plugin=megatron_lm_plugin, log_with=log_with, dynamo_backend=dynamo_backend,
-                            dynamo_plugin=dynamo_plugin, deepspeed_plugins=deepspeed_plugins,
+        _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
                             parallelism_config=parallelism_config)
+        if deepspeed_plugin is not None and deepspeed_plugins is not None:
+            raise ValueError("give either deepspeed_plugin or deepspeed_plugins, not both")
+        if dynamo_plugin is not None and dynamo_backend is not None:
+            raise ValueError("give either dynamo_backend or dynamo_plugin, not both")
+        if isinstance(deepspeed_plugins, dict):
+            if len(deepspeed_plugins) != 1:
+                raise AccError(f"Accelerator(deepspeed_plugins=...): acc runs one DeepSpeed configuration per run, got "
+                               f"{len(deepspeed_plugins)} ({', '.join(deepspeed_plugins)})")
+            deepspeed_plugins = next(iter(deepspeed_plugins.values()))
+        self.dynamo_plugin = dynamo_plugin
         if split_batches is not _UNSET:
             warnings.warn(f"Accelerator(split_batches={split_batches!r}) is ignored, as Accelerate 1.15 ignores it; "
                           "to split batches pass dataloader_config=DataLoaderConfiguration(split_batches=True)",
@@ -102,11 +110,13 @@ class Accelerator(CollectivesMixin, SavingMixin):
             "gradient_accumulation_steps": gradient_accumulation_steps,
             "cpu": cpu,
             "scheduler_stepping": None if step_scheduler_with_optimizer in (None, True) else "every_call",
+            "dynamo_backend": _dynamo_backend(dynamo_backend, dynamo_plugin),
             **_dataloader_config_settings(self.dataloader_config),
         }
         handlers = list(kwargs_handlers or [])
         _check_handlers(handlers)
-        self._runtime = Runtime(code, handlers, plugin_manager)
+        backend_plugins = [p for p in (deepspeed_plugin or deepspeed_plugins, fsdp_plugin) if p is not None]
+        self._runtime = Runtime(code, handlers, plugin_manager, backend_plugins=backend_plugins)
         self._runtime.accelerator = weakref.ref(self)
         self._assembly: Assembly = self._runtime.assembly
         self._pm = self._runtime._pm
@@ -123,14 +133,18 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self._steppers: list[BackendStepper] = []
         self._prepared_for: dict[int, AcceleratedOptimizer] = {}
         self._custom_objects: list[Any] = []
-        self._save_model_state_pre_hook: dict[int, Callable] = {}
-        self._load_model_state_pre_hook: dict[int, Callable] = {}
-        self.project_configuration = project_config or ProjectConfiguration()
+        # OrderedDicts, as torch's RemovableHandle keeps a weak reference to the registry
+        self._save_model_state_pre_hook: collections.OrderedDict[int, Callable] = collections.OrderedDict()
+        self._load_model_state_pre_hook: collections.OrderedDict[int, Callable] = collections.OrderedDict()
+        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and self.project_configuration.project_dir is None:
-            self.project_configuration.project_dir = str(project_dir)
-        if self.project_configuration.logging_dir is None:
-            self.project_configuration.logging_dir = self.project_configuration.project_dir
+            self.project_configuration.set_directories(project_dir)
         self.flag_tensor: torch.Tensor | None = None
+        self._log_with = log_with
+        self._tracking: Any = None
+        if log_with is not None or self.settings.get("log_with"):
+            self._trackers()  # an unknown or missing tracker is an error here, not at the first log
+        _LIVE[self._token] = self
 
     def _make_precision(self) -> Precision:
         mode, info = self.mixed_precision, self.ctx.process
@@ -357,6 +371,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
             if len(wrapped_models) != len(models) or len(wrapped_opts) != len(raw_opts):
                 raise AccError(f"backend '{self.backend}' answered acc_wrap with the wrong number of objects")
             for i, m in zip(model_idx, wrapped_models):
+                m = self._compiled(m)
                 result[i] = m
                 self._models.append(m)
             for i, old, new in zip(opt_idx, raw_opts, wrapped_opts):
@@ -513,13 +528,29 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self._unscale_all()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
+    def _compiled(self, model: Any) -> Any:
+        """`model` compiled with torch.compile when the run asks for it (dynamo_backend), after the backend
+        wrapped it (so DDP's hooks run outside the compiled graph, as torch recommends)."""
+        backend = self.settings.get("dynamo_backend", "no")
+        if backend in (None, "no") or hasattr(model, "_orig_mod"):
+            return model
+        options = dict(self.dynamo_plugin.to_kwargs()) if self.dynamo_plugin is not None else {}
+        options["backend"] = backend
+        return torch.compile(model, **options)
+
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> Any:
-        """The user's module without the backend's wrapper (and without the autocast forward, if asked)."""
-        inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model)
-        if not keep_torch_compile and hasattr(inner, "_orig_mod"):
-            inner = inner._orig_mod
+        """The user's module without the backend's wrapper (and without the autocast forward, if asked).
+
+        A compiled model comes back compiled (`keep_torch_compile`) only when the backend had not wrapped it;
+        otherwise the inner module is returned (Accelerate would re-point the compiled wrapper at the inner
+        module, which also stops the prepared model from synchronising).
+        """
+        compiled = model if hasattr(model, "_orig_mod") else None
+        inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=compiled._orig_mod if compiled else model)
         if not keep_fp32_wrapper:
             Precision.unpatch(inner)
+        if compiled is not None and keep_torch_compile and inner is compiled._orig_mod:
+            return compiled
         return inner
 
     def set_trigger(self) -> None:
@@ -585,16 +616,157 @@ class Accelerator(CollectivesMixin, SavingMixin):
         if self.is_local_main_process:
             print(*args, **kwargs)
 
+    # ------------------------------------------------------------------ experiment tracking
+    def _trackers(self) -> Any:
+        if self._tracking is None:
+            from .tracking import Trackers
+
+            self._tracking = Trackers(self._log_with, self)
+        return self._tracking
+
+    @property
+    def trackers(self) -> list:
+        """The trackers this process logs to (none on processes that do not log)."""
+        return self._trackers().trackers if (self._tracking or self._log_with is not None) else []
+
+    @property
+    def log_with(self) -> list:
+        return self._trackers().log_with if (self._tracking or self._log_with is not None) else []
+
+    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
+        """Start a run in every chosen tracker (on the processes that log), with the hyper-parameters `config`."""
+        self._trackers().init(project_name, config=config, init_kwargs=init_kwargs)
+
+    def log(self, values: dict, step: int | None = None, log_kwargs: dict | None = None) -> None:
+        """Log scalar `values` at `step` to every tracker."""
+        self._trackers().log(values, step=step, log_kwargs=log_kwargs)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called `name` (with `unwrap`, its library's own run object)."""
+        return self._trackers().get(name, unwrap=unwrap)
+
+    # ------------------------------------------------------------------ memory, profiling, uneven inputs
+    def free_memory(self, *objects: Any) -> list:
+        """Drop the references this Accelerator holds (models, optimizers, schedulers, loaders), reset `step`,
+        collect garbage and empty the device cache; returns `objects` released (a list of None)."""
+        from .utils.memory import release_memory
+
+        for model in self._models:  # a DeepSpeed engine frees its buffers itself
+            if type(model).__name__ == "DeepSpeedEngine" and callable(getattr(model, "destroy", None)):
+                model.destroy()
+        released = release_memory(*objects)
+        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self._steppers, self._prepared_for = [], {}
+        self.ctx.dataloaders.clear()
+        self.ctx.loop.micro_step = 0
+        return released
+
+    def clear(self, *objects: Any) -> list:
+        """The same as `free_memory` (Accelerate's alias)."""
+        return self.free_memory(*objects)
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: Any) -> Iterator[None]:
+        """Synchronise gradients in the next backward even inside `no_sync` (a DDP-wrapped model; elsewhere
+        nothing to do)."""
+        if not all(hasattr(model, a) for a in ("require_backward_grad_sync", "require_forward_param_sync")):
+            yield
+            return
+        old = model.require_backward_grad_sync, model.require_forward_param_sync
+        model.require_backward_grad_sync = model.require_forward_param_sync = True
+        model.reducer.prepare_for_backward([])
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = old
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: list, even_batches: bool | None = None) -> Iterator[None]:
+        """Train on inputs of different lengths per process: processes that run out of data shadow the others'
+        collectives (torch's Join). `even_batches` overrides the prepared loaders' setting meanwhile."""
+        if self.num_processes == 1 or not all(hasattr(j, "join") for j in joinables):
+            if self.num_processes > 1:
+                warnings.warn("join_uneven_inputs: these models cannot join (not DDP-wrapped); running without "
+                              "Join", stacklevel=3)
+            yield
+            return
+        from torch.distributed.algorithms import Join
+
+        shards = [dl._shard for dl in self._dataloaders if getattr(dl, "_shard", None) is not None]
+        saved = [s.even_batches for s in shards]
+        if even_batches is not None:
+            for shard in shards:
+                shard.even_batches = even_batches
+        try:
+            with Join(joinables):
+                yield
+        finally:
+            for shard, value in zip(shards, saved):
+                shard.even_batches = value
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: Any = None) -> Iterator[Any]:
+        """torch.profiler over the block, configured by `ProfileKwargs` (given here or in kwargs_handlers);
+        with its `output_trace_dir`, each process writes `trace_rank_<i>.json` there."""
+        from .utils.dataclasses import ProfileKwargs
+
+        handler = profile_handler or self.ctx.handler(ProfileKwargs) or ProfileKwargs()
+        with handler.build() as profiler:
+            yield profiler
+        if getattr(handler, "output_trace_dir", None):
+            import os
+
+            os.makedirs(handler.output_trace_dir, exist_ok=True)
+            profiler.export_chrome_trace(os.path.join(handler.output_trace_dir,
+                                                      f"trace_rank_{self.process_index}.json"))
+        self.wait_for_everyone()
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """True when `model` (or a submodule) was dispatched over several devices (`hf_device_map`)."""
+        return any(len(getattr(m, "hf_device_map", {}) or {}) > 1 for m in model.modules())
+
     def end_training(self) -> None:
-        """Release the backend's resources (process groups); call once at the end of the script."""
+        """Finish the trackers and release the backend's resources (process groups); call once at the end."""
+        if self._tracking is not None:
+            self._tracking.finish()
         self._runtime.teardown()
 
     def __deepcopy__(self, memo: dict) -> "Accelerator":
         return self  # one Accelerator per process, as in Accelerate
 
+    @property
+    def _token(self) -> str:
+        import os
+
+        return f"{os.getpid()}:{id(self)}"
+
+    def __reduce__(self) -> tuple:
+        """Pickling an Accelerator refers to this process's live one (its process group, prepared objects and
+        device cannot travel): unpickling in the same process gives the same object back."""
+        return _live_accelerator, (self._token,)
+
     def __repr__(self) -> str:
         return (f"Accelerator(backend={self.backend!r}, device={self.device}, process {self.process_index} of "
                 f"{self.num_processes}, mixed_precision={self.mixed_precision!r})")
+
+
+_LIVE: "weakref.WeakValueDictionary[str, Accelerator]" = weakref.WeakValueDictionary()
+
+
+def _live_accelerator(token: str) -> Accelerator:
+    found = _LIVE.get(token)
+    if found is None:
+        raise AccError(f"an Accelerator pickled in process {token.split(':')[0]} can only be unpickled in that process "
+                       "while it lives; create an Accelerator in each process instead")
+    return found
+
+
+def _dynamo_backend(backend: Any, plugin: Any) -> str | None:
+    """The dynamo_backend setting an Accelerator(dynamo_backend=...) or TorchDynamoPlugin asks for (None: not given)."""
+    value = getattr(plugin, "backend", None) if plugin is not None else backend
+    if value is None:
+        return None
+    return str(getattr(value, "value", value)).lower()
 
 
 def _mark_prepared(obj: Any) -> None:

@@ -43,7 +43,10 @@ class ProjectConfiguration:
     """Where a project keeps its checkpoints (names as in Accelerate).
 
     With `automatic_checkpoint_naming`, `save_state()` writes `project_dir/checkpoints/checkpoint_<i>`
-    and keeps the newest `total_limit`; `load_state()` loads the newest complete one.
+    and keeps the newest `total_limit`; `load_state()` loads the newest complete one. `logging_dir` defaults to
+    `project_dir`. `save_on_each_node` (checkpoints on machine-local disks) is refused by `save_state` on a run
+    that spans several machines: acc's checkpoints are written by every process into one directory that every
+    machine sees (on one machine it changes nothing).
     """
 
     project_dir: str | None = None
@@ -51,6 +54,16 @@ class ProjectConfiguration:
     automatic_checkpoint_naming: bool = False
     total_limit: int | None = None
     iteration: int = 0
+    save_on_each_node: bool = False
+
+    def __post_init__(self) -> None:
+        self.set_directories(self.project_dir)
+
+    def set_directories(self, project_dir: str | None = None) -> None:
+        """Set `project_dir`, and `logging_dir` to it when none was given (Accelerate's method)."""
+        self.project_dir = None if project_dir is None else str(project_dir)
+        if self.logging_dir is None:
+            self.logging_dir = self.project_dir
 
     @property
     def checkpoints_dir(self) -> Path:

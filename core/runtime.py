@@ -28,10 +28,21 @@ class Runtime(CollectivesMixin):
     applied over the launch settings with a warning where they contradict one that was set explicitly."""
 
     def __init__(self, code: Mapping[str, Any] | None = None, kwargs_handlers: list | None = None,
-                 plugin_manager: pluggy.PluginManager | None = None, where: str = "Accelerator"):
+                 plugin_manager: pluggy.PluginManager | None = None, where: str = "Accelerator",
+                 backend_plugins: list | None = None):
         assembly = assemble_worker(pm=plugin_manager)
         settings = assembly.settings
-        for name, value in (code or {}).items():
+        code = dict(code or {})
+        for plugin in backend_plugins or []:  # Accelerate's DeepSpeedPlugin / FullyShardedDataParallelPlugin
+            name = type(plugin).__name__
+            if plugin.backend != settings["backend"]:
+                warnings.warn(f"Accelerator({name}(...)) is ignored: this run uses the {settings['backend']} backend "
+                              f"(Accelerate ignores it too without {plugin.backend}); launch with --backend "
+                              f"{plugin.backend} to use it", stacklevel=3)
+                continue
+            for key, value in plugin.to_settings().items():
+                code.setdefault(key, value)
+        for name, value in code.items():
             if value is None:
                 continue
             setting = assembly.registry[name]

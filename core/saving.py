@@ -95,6 +95,11 @@ class SavingMixin:
             warnings.warn(f"save_state({', '.join(given)}) is ignored: acc writes tensors as safetensors and other "
                           "state with torch.save, and loads nothing that could run code", stacklevel=2)
         config = self.project_configuration
+        machines = self.settings.get("num_machines", 1)
+        if config.save_on_each_node and machines > 1:
+            raise CheckpointError(f"ProjectConfiguration(save_on_each_node=True) on a run over {machines} machines: "
+                                  "acc's checkpoints are written by every process into one directory that every "
+                                  "machine sees; put output_dir on a shared file system and drop save_on_each_node")
         if output_dir is None:
             if not config.automatic_checkpoint_naming:
                 raise CheckpointError("save_state() needs a directory, or ProjectConfiguration("

@@ -316,6 +316,8 @@ def core_settings() -> list[Setting]:
                 "versions, command); '' records nothing", ("--output-dir",)),
         Setting("timeout", float, 1800.0, "seconds a collective may wait before the run fails", ("--timeout",),
                 minimum=1),
+        Setting("dynamo_backend", str, "no", "compile prepared models with torch.compile and this backend (e.g. "
+                "inductor, aot_eager); no: eager", ("--dynamo-backend",)),
         *loop_semantics_settings(),
         Setting("monitor_interval", float, 0.1, "seconds between the elastic agent's checks of its workers' state "
                 "(torchrun's and Accelerate's --monitor_interval)", ("--monitor-interval",), minimum=0.01),

@@ -267,3 +267,46 @@ def test_save_writes_on_the_main_process(fresh_pm, tmp_path):
     acc = Accelerator(plugin_manager=fresh_pm)
     acc.save({"a": torch.ones(2)}, tmp_path / "x" / "obj.pt")
     assert torch.equal(torch.load(tmp_path / "x" / "obj.pt", weights_only=True)["a"], torch.ones(2))
+
+
+def test_save_and_load_hooks_can_take_a_model_over(fresh_pm, tmp_path):
+    """diffusers' pattern: the save hook writes the model itself and pops its weights; the load hook loads it
+    itself and pops it from the list, so acc neither writes nor reads that model."""
+    acc, model, opt, *_ = setup(fresh_pm, tmp_path)
+    calls = []
+
+    def save_hook(models, weights, output_dir):
+        calls.append(("save", len(models), len(weights), Path(output_dir).name))
+        for m in models:
+            torch.save(acc.unwrap_model(m).state_dict(), Path(tmp_path) / "own_weights.pt")
+            weights.pop()
+
+    def load_hook(models, input_dir):
+        calls.append(("load", len(models), Path(input_dir).name))
+        while models:
+            m = models.pop()
+            acc.unwrap_model(m).load_state_dict(torch.load(Path(tmp_path) / "own_weights.pt"))
+
+    handles = [acc.register_save_state_pre_hook(save_hook), acc.register_load_state_pre_hook(load_hook)]
+    saved = {k: v.clone() for k, v in acc.unwrap_model(model).state_dict().items()}
+    directory = acc.save_state(tmp_path / "c")
+    assert "model_0.safetensors" not in json.loads((directory / "manifest.json").read_text())["files"]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    acc.load_state(directory)
+    assert calls == [("save", 1, 1, "c"), ("load", 1, "c")]
+    assert all(torch.equal(saved[k], v) for k, v in acc.unwrap_model(model).state_dict().items())
+    for handle in handles:
+        handle.remove()
+    acc.save_state(tmp_path / "d")  # without hooks, acc writes the model again
+    assert "model_0.safetensors" in json.loads((tmp_path / "d" / "manifest.json").read_text())["files"]
+    assert len(calls) == 2
+
+
+def test_save_on_each_node_is_refused_across_machines_only(fresh_pm, tmp_path, monkeypatch):
+    acc, *_ = setup(fresh_pm, tmp_path, project_config=ProjectConfiguration(save_on_each_node=True))
+    acc.save_state(tmp_path / "one-machine")  # one machine: nothing changes
+    acc.ctx.settings = acc.ctx.settings.override("num_machines", 2, "test")
+    with pytest.raises(CheckpointError, match="save_on_each_node=True.*2 machines"):
+        acc.save_state(tmp_path / "two")

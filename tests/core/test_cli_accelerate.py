@@ -148,9 +148,13 @@ def test_a_backend_flag_without_a_count_runs_one_process_per_visible_gpu(script)
 
 def test_accepted_flags_with_no_effect(script):
     plain = dry("--multi_gpu", "--num_processes", "2", str(script))
-    quiet = dry("--multi_gpu", "--num_processes", "2", "--same_network", "--quiet", "--dynamo_backend", "no",
-                "--gpu_ids", "all", "--main_training_function", "main", str(script))
+    quiet = dry("--multi_gpu", "--num_processes", "2", "--same_network", "--quiet", "--gpu_ids", "all",
+                "--main_training_function", "main", str(script))
     assert plain == quiet
+
+
+def test_dynamo_backend_is_the_dynamo_backend_setting(script):
+    assert dry("--dynamo_backend", "inductor", str(script))["dynamo_backend"] == ("inductor", "flag --dynamo_backend")
 
 
 def test_module_and_no_python(tmp_path):
@@ -206,8 +210,6 @@ def test_num_processes_that_does_not_divide_over_the_machines(script):
                                                                  "not supported"]),
     (["--use_fsdp", "--fsdp_state_dict_type", "FULL_STATE_DICT"], ["flag --fsdp_state_dict_type", "SHARDED_STATE_DICT"]),
     (["--tee", "1"], ["flag --tee 1", "use --tee 3"]),
-    (["--dynamo_backend", "inductor"], ["Accelerate's --dynamo_backend inductor is not supported by acc launch yet",
-                                        "torch.compile"]),
     (["--dynamo_mode", "max-autotune"], ["Accelerate's --dynamo_mode is not supported", "torch.compile"]),
     (["--use_megatron_lm"], ["Accelerate's --use_megatron_lm is not supported", "fsdp (--use_fsdp)"]),
     (["--fp8_backend", "te"], ["Accelerate's --fp8_backend is not supported", "no, fp16 or bf16"]),

@@ -120,3 +120,19 @@ def test_sharded_backends_train_as_ddp_does(backend, migrated_dir, tmp_path):
                     step.pop("norm")
     assert not compare(ddp, sharded, tol=1e-5), "\n".join(compare(ddp, sharded, tol=1e-5))
     assert ddp[0]["weights"], "the main process recorded the full weights"
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_inference_with_partial_state_alone(nproc, accelerate_python, migrated_dir, tmp_path):
+    """PartialState() without an Accelerator sets the run up (the process group on 2 processes), and its
+    split_between_processes, gather_object, main_process_first, on_main_process and repr are Accelerate's."""
+    reference = run_accelerate(accelerate_python, "inference.py", [], nproc, tmp_path / "accelerate", tmp_path)
+    got = run_acc(migrated("inference.py", migrated_dir), [], nproc, tmp_path / "acc", tmp_path)
+    for record in reference.values():  # a difference of spelling only (README): Accelerate says cpu:0 there
+        if nproc == 2:
+            assert record["device"] == "cpu:0"
+        record["device"] = "cpu"
+        record["repr"] = record["repr"].replace("Device: cpu:0", "Device: cpu")
+    assert not compare(reference, got), "\n".join(compare(reference, got))
+    assert got[0]["gathered"] == (["PROMPT 0", "PROMPT 1", "PROMPT 2", "PROMPT 3", "PROMPT 4", "PROMPT 5",
+                                   "PROMPT 6", "PROMPT 6"] if nproc == 2 else [f"PROMPT {i}" for i in range(7)])
