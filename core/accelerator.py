@@ -546,7 +546,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
         module, which also stops the prepared model from synchronising).
         """
         compiled = model if hasattr(model, "_orig_mod") else None
-        inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=compiled._orig_mod if compiled else model)
+        inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model if compiled is None else compiled._orig_mod)
         if not keep_fp32_wrapper:
             Precision.unpatch(inner)
         if compiled is not None and keep_torch_compile and inner is compiled._orig_mod:

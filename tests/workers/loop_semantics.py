@@ -21,6 +21,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=96)
     p.add_argument("--clip", type=float, default=0.0)
     p.add_argument("--mixed-precision", default=None)
+    p.add_argument("--report-compiled", action="store_true")
     args = p.parse_args()
 
     accelerator = Accelerator(gradient_accumulation_steps=args.accum, mixed_precision=args.mixed_precision)
@@ -48,7 +49,8 @@ def main() -> None:
     state = accelerator.get_state_dict(model)  # whole on process 0 even when the backend shards
     weights = torch.cat([t.detach().flatten().float() for t in state.values()]) if state else torch.zeros(0)
     dump(args.out, accelerator.process_index, {"weights": weights.tolist(), "grads": grads, "syncs": syncs,
-                                               "lrs": lrs, "norms": norms, "steps": accelerator.applied_steps})
+                                               "lrs": lrs, "norms": norms, "steps": accelerator.applied_steps,
+                                               "compiled": hasattr(model, "_orig_mod")})
     accelerator.end_training()
 
 
