@@ -321,6 +321,8 @@ def core_settings() -> list[Setting]:
         *loop_semantics_settings(),
         Setting("monitor_interval", float, 0.1, "seconds between the elastic agent's checks of its workers' state "
                 "(torchrun's and Accelerate's --monitor_interval)", ("--monitor-interval",), minimum=0.01),
+        Setting("log_with", list, [], "experiment trackers init_trackers starts: names from `acc plugins` (jsonl is "
+                "built in), or all for every installed one; Accelerator(log_with=...) overrides it", ("--log-with",)),
     ]
 
 

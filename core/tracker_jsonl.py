@@ -1,0 +1,170 @@
+"""The built-in tracker `jsonl`: one JSON-lines file per run under the logging directory, no dependency; and the
+reader `acc plot` uses. Torch-free.
+
+    <logging_dir>/<project_name>/<run>.jsonl      run = <YYYYmmdd-HHMMSS>-<pid>[-<n>]
+
+Each line is one JSON object with an "event":
+    {"event": "run", "project": ..., "run": ..., "time": <unix s>, "acc": <version>, "pid": ...}     first line
+    {"event": "config", "values": {...}}                                                             hyper-parameters
+    {"event": "log", "step": <int or null>, "time": <unix s>, "values": {"loss": 0.25, ...}}        each log call
+    {"event": "finish", "time": <unix s>}                                                            finish()
+Non-finite floats are written as NaN / Infinity (Python's json reads them back).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .tracker_values import Unstorable, hyperparameters, scalar, split_values
+from .tracking import GeneralTracker, on_main_process
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+class JSONLinesTracker(GeneralTracker):
+    """acc's built-in tracker (`log_with="jsonl"`): numbers and strings, one line per `log` call, one file per run.
+
+    `get_tracker("jsonl", unwrap=True)` is the run file's path."""
+
+    name = "jsonl"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike, **kwargs: Any):
+        super().__init__()
+        if kwargs:
+            raise TypeError(f"the jsonl tracker takes no options, got {', '.join(sorted(kwargs))}")
+        self.run_name = str(run_name)
+        self.logging_dir = Path(logging_dir)
+        self.path: Path | None = None
+        self._file: Any = None
+        self._unstorable = Unstorable(self.name, "numbers, booleans, strings and dicts of numbers")
+
+    @property
+    def tracker(self) -> Path | None:
+        return self.path
+
+    @on_main_process
+    def start(self) -> None:
+        directory = self.logging_dir / self.run_name
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        for n in range(1000):
+            path = directory / (f"{stem}.jsonl" if n == 0 else f"{stem}-{n}.jsonl")
+            try:
+                self._file = open(path, "x", buffering=1, encoding="utf-8")  # line-buffered: a crash loses no line
+            except FileExistsError:
+                continue
+            break
+        else:  # pragma: no cover - a thousand runs started in one second by one process
+            raise FileExistsError(f"no free run file name {stem}-N.jsonl in {directory}")
+        self.path = path
+        from ._version import __version__
+
+        self._write({"event": "run", "project": self.run_name, "run": path.stem, "time": time.time(),
+                     "acc": __version__, "pid": os.getpid()})
+
+    def _write(self, record: dict) -> None:
+        if self._file is None:
+            raise RuntimeError("the jsonl tracker is not started (init_trackers starts it) or already finished")
+        self._file.write(_dumps(record) + "\n")
+
+    @on_main_process
+    def store_init_configuration(self, values: dict) -> None:
+        self._write({"event": "config", "values": hyperparameters(values, self.name, json_like=True)})
+
+    @on_main_process
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        numbers, texts = split_values(values, self._unstorable)
+        if texts:
+            numbers.update(texts)
+        if step is not None and type(step) is not int:
+            step = scalar(step)
+        self._write({"event": "log", "step": step, "time": time.time(), "values": numbers})
+
+    @on_main_process
+    def finish(self) -> None:
+        if self._file is not None:
+            self._write({"event": "finish", "time": time.time()})
+            self._file.close()
+            self._file = None
+
+
+# ---------------------------------------------------------------------------------------------- reading
+@dataclass
+class Run:
+    """One run file read back: its header, hyper-parameters and every numeric series (name -> [(step, value)])."""
+
+    path: Path
+    project: str = ""
+    run: str = ""
+    config: dict = field(default_factory=dict)
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.project}/{self.run}" if self.project else self.path.stem
+
+
+def read_run(path: str | os.PathLike) -> Run:
+    """Parse one JSON-lines run file. A log call without a step is placed at its index among the log calls.
+    Raises ValueError naming the file and line of a line that is not JSON (a last, partial line is ignored)."""
+    path = Path(path)
+    run = Run(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    index = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break  # a run killed while writing its last line
+            raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
+        event = record.get("event") if isinstance(record, dict) else None
+        if event == "run":
+            run.project, run.run = str(record.get("project", "")), str(record.get("run", path.stem))
+        elif event == "config":
+            run.config = dict(record.get("values") or {})
+        elif event == "log":
+            step = record.get("step")
+            x = step if isinstance(step, (int, float)) and not isinstance(step, bool) else index
+            index += 1
+            for name, value in (record.get("values") or {}).items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    run.series.setdefault(name, []).append((x, float(value)))
+        elif event == "finish":
+            run.finished = True
+    return run
+
+
+def is_run_file(path: Path) -> bool:
+    """Whether `path` is a run file of the jsonl tracker (its first line is a run header)."""
+    try:
+        with open(path, encoding="utf-8") as fp:
+            first = fp.readline()
+        return json.loads(first).get("event") == "run"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def find_runs(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
+    """The run files named, or found under the directories named (recursively), each once, in order."""
+    seen: set[Path] = set()
+    for given in paths:
+        given = Path(given)
+        candidates = [given] if given.is_file() else sorted(given.rglob("*.jsonl"))
+        for candidate in candidates:
+            resolved = candidate.resolve()
+            if resolved not in seen and is_run_file(candidate):
+                seen.add(resolved)
+                yield candidate
+
+
+__all__ = ["JSONLinesTracker", "Run", "find_runs", "is_run_file", "read_run"]
