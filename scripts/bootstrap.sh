@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create or reuse .venv: torch 2.13.0 (CPU), acc-core and every plugin in plugins/ (editable), test tools.
+# Create or reuse .venv: torch 2.13.0 (CPU), acc-core and the plugins in plugins/ (editable; not xla and not the
+# tracker plugins, which have venvs of their own), test tools.
 # Re-installs only when a pyproject.toml or this script changed (a stamp file records their hash).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,8 +20,10 @@ quiet "${pip[@]}" "torch==2.13.0"
 editables=(-e "$root")
 for dir in "$root"/plugins/*/; do
   name="$(basename "$dir")"
-  # xla pins its own torch and is tested in its own venv (scripts/xla-lane.sh); _template is a skeleton
-  case "$name" in xla|_template) continue ;; esac
+  # xla pins its own torch and is tested in its own venv (scripts/xla-lane.sh); _template is a skeleton; the
+  # tracker plugins depend on their libraries (tensorboard, mlflow, wandb), which are never acc dependencies: they
+  # are tested in their own venv (scripts/trackers-venv.sh, built by tests/plugins/trackers)
+  case "$name" in xla|_template|tensorboard|mlflow|wandb) continue ;; esac
   [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
 done
 # test tools (pyyaml: the tests read Accelerate YAML configs; acc itself does not depend on it), and what the

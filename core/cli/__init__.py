@@ -46,6 +46,7 @@ def _register_commands() -> None:
     from .merge import merge_weights
     from .migrate import migrate
     from .new_backend import new_backend
+    from .plot import plot
     from .plugins import plugins
 
     cli.add_command(launch)
@@ -57,6 +58,7 @@ def _register_commands() -> None:
     cli.add_command(merge_weights)
     cli.add_command(new_backend)
     cli.add_command(migrate)
+    cli.add_command(plot)
 
 
 _register_commands()

@@ -347,6 +347,8 @@ def settings_lines(assembly: Assembly) -> list[str]:
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, and every setting with its source."""
+    from ..tracking import describe_setting
+
     s = assembly.settings
     lines = ["acc launch plan (dry run: nothing was started)"]
     if assembly.detection_line:
@@ -365,6 +367,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
                       + (f", this is machine {plan.machine_rank}" if plan.num_machines > 1 else "")),
         ("device", plan.device),
         ("precision", s["mixed_precision"]),
+        *((("trackers", describe_setting(s["log_with"])),) if "log_with" in s else ()),
         ("command", target.command()),
     ]
     if plan.rendezvous is not None:

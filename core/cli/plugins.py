@@ -27,11 +27,33 @@ def _describe(info: PluginInfo) -> dict:
     return row
 
 
+def _describe_tracker(info: PluginInfo) -> dict:
+    from ..tracking import load_tracker_class
+
+    row: dict = {"name": info.name, "group": info.group, "distribution": info.distribution,
+                 "version": info.version, "module": info.module}
+    try:
+        cls = load_tracker_class(info)  # the plugin's module; its library is imported only when it runs
+    except AccError as exc:
+        row["error"] = str(exc)
+        return row
+    row["requires"] = {name: module_available(name) for name in plugin_requires(cls)}
+    row["main_process_only"] = bool(getattr(cls, "main_process_only", True))
+    row["requires_logging_directory"] = bool(cls.requires_logging_directory)
+    row["accepts_logging_directory"] = bool(getattr(cls, "accepts_logging_directory", False))
+    return row
+
+
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json: bool) -> None:
-    """List installed backends (entry points 'acc.backends') and plugins ('acc.plugins')."""
+    """List installed backends (entry points 'acc.backends'), plugins ('acc.plugins') and trackers
+    ('acc.trackers')."""
+    from ..tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
+
     rows = [_describe(i) for i in installed_backends().values()] + [_describe(i) for i in installed_plugins().values()]
+    trackers = [_describe_tracker(i) for i in installed_trackers().values()]
+    rows += trackers
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
@@ -48,6 +70,21 @@ def plugins(as_json: bool) -> None:
                 req = ", ".join(f"{m} ({'importable' if ok else 'NOT installed'})" for m, ok in r["requires"].items())
                 click.echo(f"    requires  {req or '-'}")
                 click.echo(f"    hooks     {', '.join(h[4:] for h in r['hooks'])}")
+        click.echo(f"trackers (entry-point group {TRACKER_GROUP}; choose with log_with=NAME, --log-with NAME or all):")
+        for r in trackers:
+            tag = ", builtin" if r["name"] == BUILTIN_TRACKER else ""
+            click.echo(f"  {r['name']}  ({r['distribution']} {r['version']}{tag})")
+            click.echo(f"    class     {r['module']}")
+            if "error" in r:
+                click.echo(f"    ERROR     {r['error']}")
+                continue
+            req = ", ".join(f"{m} ({'importable' if ok else 'NOT installed'})" for m, ok in r["requires"].items())
+            click.echo(f"    requires  {req or '-'}")
+            ranks = "the main process" if r["main_process_only"] else "every process"
+            where = ("under the logging directory (project_dir)" if r["requires_logging_directory"] else
+                     "under the logging directory when there is one" if r["accepts_logging_directory"] else
+                     "where its library and init_kwargs say")
+            click.echo(f"    logs      on {ranks}, {where}")
     broken = [r["name"] for r in rows if "error" in r]
     if broken:
         raise click.exceptions.Exit(1)

@@ -1,0 +1,1 @@
+"""acc's mlflow tracker (entry point `acc.trackers`: mlflow)."""

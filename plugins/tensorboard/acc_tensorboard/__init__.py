@@ -1,0 +1,1 @@
+"""acc's tensorboard tracker (entry point `acc.trackers`: tensorboard)."""

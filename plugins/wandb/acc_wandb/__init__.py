@@ -1,0 +1,1 @@
+"""acc's wandb tracker (entry point `acc.trackers`: wandb)."""
