@@ -216,60 +216,67 @@ def _is_tracker_object(item: Any) -> bool:
         not isinstance(item, (str, type)) and hasattr(item, "name") and callable(getattr(item, "log", None)))
 
 
-def choose(log_with: Any, logging_dir: Any, where: str = "log_with") -> tuple[list, list[str], dict[str, type]]:
-    """The trackers `log_with` names: a list of names and tracker objects (duplicates dropped), notes about
-    trackers that `all` left out, and the class of each name. Raises TrackerError for a name that is not
-    installed or cannot run here."""
+def _items(log_with: Any) -> list:
+    """`log_with` as a list; LoggerType members as their names; "a,b" (a repeated list flag) as two names."""
     items = log_with if isinstance(log_with, (list, tuple)) else ([] if log_with is None else [log_with])
-    items = [_plain(item) for item in items]
-    chosen: list = []
-    notes: list[str] = []
-    names: set[str] = set()
-    classes: dict[str, type] = {}
+    out: list = []
+    for item in map(_plain, items):
+        out += [part.strip() for part in item.split(",") if part.strip()] if isinstance(item, str) else [item]
+    return out
+
+
+def choose(log_with: Any, logging_dir: Any, where: str = "log_with") -> tuple[list, list[str], dict[str, type]]:
+    """The trackers `log_with` names, in its order: a list of names and tracker objects (duplicates dropped;
+    "all" stands for every installed tracker not named otherwise), notes about trackers that "all" left out, and
+    the class of each name. Raises TrackerError for a name that is not installed or cannot run here."""
+    items = _items(log_with)
     for item in items:
-        if _is_tracker_object(item):
-            chosen.append(item)
-            names.add(str(item.name))
-        elif isinstance(item, type):
+        if isinstance(item, type):
             raise TrackerError(f"{where}: {item.__name__} is a class; pass a tracker object ({item.__name__}(...)), "
                                "or its name after register_tracker_class")
-        elif not isinstance(item, str):
+        if not isinstance(item, str) and not _is_tracker_object(item):
             raise TrackerError(f"{where}: {item!r} is neither a tracker name nor a tracker object (GeneralTracker)")
-    wants_all = "all" in items
-    wanted = [i for i in items if isinstance(i, str) and i != "all"]
-    if wants_all:
-        for name in [*installed_trackers(), *_REGISTERED]:
-            if name in names or name in wanted:
-                continue
-            cls = _class_for(name)
+    named = {item if isinstance(item, str) else str(item.name) for item in items}
+    chosen: list = []
+    notes: list[str] = []
+    classes: dict[str, type] = {}
+    taken: set[str] = set()
+    for item in items:
+        if not isinstance(item, str):
+            if str(item.name) not in taken:
+                chosen.append(item)
+                taken.add(str(item.name))
+        elif item == "all":
+            for name in [*installed_trackers(), *_REGISTERED]:
+                if name in named or name in taken:
+                    continue  # named on its own: checked there
+                cls = _class_for(name)
+                missing = _missing_modules(cls)
+                if missing:
+                    notes.append(f"log_with 'all' leaves out tracker '{name}': it needs {', '.join(missing)} "
+                                 f"(pip install {' '.join(missing)})")
+                elif cls.requires_logging_directory and logging_dir is None:
+                    notes.append(f"log_with 'all' leaves out tracker '{name}': it writes under a logging directory "
+                                 "and none is set (Accelerator(project_dir=...))")
+                else:
+                    chosen.append(name)
+                    taken.add(name)
+                    classes[name] = cls
+        elif item not in taken:
+            try:
+                cls = _class_for(item)
+            except TrackerError as exc:
+                raise TrackerError(f"{where}: {exc}") from None
             missing = _missing_modules(cls)
             if missing:
-                notes.append(f"log_with 'all' leaves out tracker '{name}': it needs {', '.join(missing)} "
-                             f"(pip install {' '.join(missing)})")
-            elif cls.requires_logging_directory and logging_dir is None:
-                notes.append(f"log_with 'all' leaves out tracker '{name}': it writes under a logging directory and "
-                             "none is set (Accelerator(project_dir=...))")
-            else:
-                chosen.append(name)
-                names.add(name)
-                classes[name] = cls
-    for name in wanted:
-        if name in names:
-            continue
-        try:
-            cls = _class_for(name)
-        except TrackerError as exc:
-            raise TrackerError(f"{where}: {exc}") from None
-        missing = _missing_modules(cls)
-        if missing:
-            raise TrackerError(f"{where}: tracker '{name}' needs {', '.join(missing)}, which is not installed; install "
-                               f"with: pip install {' '.join(missing)}")
-        if cls.requires_logging_directory and logging_dir is None:
-            raise TrackerError(f"{where}: logging with `{name}` requires a `logging_dir` to be passed in: give "
-                               "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
-        chosen.append(name)
-        names.add(name)
-        classes[name] = cls
+                raise TrackerError(f"{where}: tracker '{item}' needs {', '.join(missing)}, which is not installed; "
+                                   f"install with: pip install {' '.join(missing)}")
+            if cls.requires_logging_directory and logging_dir is None:
+                raise TrackerError(f"{where}: logging with `{item}` requires a `logging_dir` to be passed in: give "
+                                   "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+            chosen.append(item)
+            taken.add(item)
+            classes[item] = cls
     return chosen, notes, classes
 
 
@@ -284,7 +291,7 @@ def describe_setting(names: list[str]) -> str:
         return "none (Accelerator(log_with=...) in the script may choose)"
     infos = installed_trackers()
     shown = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(_items(names)):
         if name == "all":
             shown.append(f"all = {', '.join(infos)}")
         elif name in infos:
@@ -323,8 +330,7 @@ class Trackers:
             log_with = list(settings["log_with"])
             where = f"log_with ({_source(settings)})"
         elif has_setting and settings["log_with"] and not _source(settings).startswith("default"):
-            given = [_plain(i) if isinstance(_plain(i), str) else getattr(i, "name", i)
-                     for i in (log_with if isinstance(log_with, (list, tuple)) else [log_with])]
+            given = [i if isinstance(i, str) else getattr(i, "name", i) for i in _items(log_with)]
             if given != list(settings["log_with"]):
                 import warnings
 

@@ -87,4 +87,13 @@ elif [ "$(cat "$venv/.acc-editable" 2>/dev/null)" != "$editable" ]; then
     || fail "could not re-install acc-core and the tracker plugins from $root into $venv"
   echo "$editable" > "$venv/.acc-editable"
 fi
+# each venv is a few GB: keep this one and the one used before it, remove older ones
+touch "$venv/.acc-used"
+for old in $(for d in "$cache"/trackers-venv-*/; do
+               d="${d%/}"; [ "$d" = "$venv" ] && continue
+               echo "$(stat -c %Y "$d/.acc-used" 2>/dev/null || echo 0) $d"
+             done | sort -rn | tail -n +2 | cut -d' ' -f2-); do
+  echo "trackers venv: removing the older venv $old" >&2
+  rm -rf "$old"
+done
 echo "$vpy"
