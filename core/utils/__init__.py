@@ -2,8 +2,8 @@
 `from accelerate.utils import ProjectConfiguration, set_seed` -> `from acc.utils import ...`.
 
 Accelerate's submodule paths work too (`acc.utils.dataclasses`, `.memory`, `.imports`, `.environment`,
-`.other`, `.operations`, `.modeling`, `.versions`, `.fsdp_utils`), each name being the same object here
-and there. Importing this package is torch-free; each name imports what it needs when first touched.
+`.other`, `.operations`, `.modeling`, `.versions`, `.fsdp_utils`, `.deepspeed`), each name being the same object
+here and there. Importing this package is torch-free; each name imports what it needs when first touched.
 To add a name, add one `_LAZY` entry: name -> (module under `acc`, attribute).
 """
 
@@ -78,6 +78,13 @@ _LAZY = {
     "DistributedType": ("enums", "DistributedType"),
     "DataLoaderConfiguration": ("kwargs", "DataLoaderConfiguration"),
     "GradientAccumulationPlugin": ("kwargs", "GradientAccumulationPlugin"),
+    "DeepSpeedPlugin": ("plugin_dataclasses", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("plugin_dataclasses", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("plugin_dataclasses", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("plugin_dataclasses", "ProfileKwargs"),
+    # deepspeed: the placeholders for a DeepSpeed config's optimizer and scheduler
+    "DummyOptim": ("utils.deepspeed", "DummyOptim"),
+    "DummyScheduler": ("utils.deepspeed", "DummyScheduler"),
     "skip_first_batches": ("data", "skip_first_batches"),
     # modeling (the device-map names are acc.big_model's)
     "check_device_map": ("big_model", "check_device_map"),

@@ -1,5 +1,6 @@
-"""The kwargs handlers and enumerations under Accelerate's module path `accelerate.utils.dataclasses`
-(acc's own objects: `acc.kwargs`, `acc.enums`). Torch-free."""
+"""The kwargs handlers, plugin objects and enumerations under Accelerate's module path
+`accelerate.utils.dataclasses` (acc's own objects: `acc.kwargs`, `acc.plugin_dataclasses`, `acc.enums`).
+Torch-free."""
 
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from ..kwargs import (
     KwargsHandler,
 )
 
-_LAZY = {"ProjectConfiguration": ("checkpoint", "ProjectConfiguration")}
+_LAZY = {
+    "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
+    "DeepSpeedPlugin": ("plugin_dataclasses", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("plugin_dataclasses", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("plugin_dataclasses", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("plugin_dataclasses", "ProfileKwargs"),
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -34,7 +41,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'acc.utils.dataclasses' has no attribute {name!r}")
 
 
-__all__ = ["AutocastKwargs", "BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType",
-           "DistributedDataParallelKwargs", "DynamoBackend", "EnumWithContains", "GradScalerKwargs",
-           "InitProcessGroupKwargs", "KwargsHandler", "LoggerType", "PrecisionType", "ProjectConfiguration",
-           "RNGType"]
+__all__ = ["AutocastKwargs", "BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType", "DeepSpeedPlugin",
+           "DistributedDataParallelKwargs", "DynamoBackend", "EnumWithContains", "FullyShardedDataParallelPlugin",
+           "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler", "LoggerType", "PrecisionType",
+           "ProfileKwargs", "ProjectConfiguration", "RNGType", "TorchDynamoPlugin"]

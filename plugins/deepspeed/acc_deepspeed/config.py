@@ -1,24 +1,51 @@
 """The DeepSpeed configuration: the user's JSON (or nothing) completed from acc's settings.
 
 Values the user left as "auto" (or left out) are filled from acc: micro batch size (from the prepared data
-loader), gradient accumulation steps, mixed precision, world size, ZeRO stage and offload flags. A value the
-user set that contradicts acc's is an error naming both; nothing is silently overridden. Torch-free.
+loader), gradient accumulation steps, mixed precision, world size, ZeRO stage and offload flags; the "auto"
+values of the config's "optimizer" and "scheduler" come from the script's DummyOptim/DummyScheduler
+(`fill_optimizer_and_scheduler`). A value the user set that contradicts acc's is an error naming both; nothing
+is silently overridden. Torch-free.
+
+The `deepspeed_config` setting is a JSON file's path or, when it starts with "{", the JSON object itself (what
+`DeepSpeedPlugin(hf_ds_config={...}).to_settings()` gives for a config written in code).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
 from acc.errors import ConfigError
 
 AUTO = "auto"
+IN_CODE = "the DeepSpeed config given in code"
+
+
+def is_inline(value: str | None) -> bool:
+    """True when the deepspeed_config setting holds the JSON object itself rather than a file's path."""
+    return bool(value) and value.lstrip().startswith("{")
+
+
+def describe(value: str | None) -> str:
+    """How messages name the config: its path, 'the DeepSpeed config given in code', or the settings."""
+    if not value:
+        return "the DeepSpeed settings"
+    return IN_CODE if is_inline(value) else value
 
 
 def read_user_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
+    if is_inline(path):
+        try:
+            data = json.loads(path)
+        except ValueError as exc:
+            raise ConfigError(f"deepspeed_config ({IN_CODE}): not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"deepspeed_config ({IN_CODE}): the top level must be a JSON object")
+        return data
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"deepspeed_config {path} does not exist; give the path of a DeepSpeed JSON file")
@@ -102,3 +129,79 @@ def complete(user: Mapping[str, Any], settings: Mapping[str, Any], world_size: i
     config.setdefault("zero_allow_untested_optimizer", True)  # the user's own optimizer is the point of prepare()
     config.setdefault("steps_per_print", 10**9)  # DeepSpeed's own progress lines off; acc's logging is the user's
     return config, problems
+
+
+# ------------------------------------------------------------------ the config's optimizer and scheduler
+
+
+def fill_optimizer_and_scheduler(config: dict[str, Any], optimizer: Any, scheduler: Any, num_processes: int,
+                                 split_batches: bool, where: str) -> list[str]:
+    """Fill, in place, the "auto" values of the config's "optimizer" and "scheduler" params as Accelerate does:
+    from the DummyOptim (lr, weight_decay, its other keyword arguments) and the DummyScheduler made for the
+    optimizer (warmup_min_lr 0, warmup_max_lr the optimizer's lr, warmup_num_steps, total_num_steps divided by
+    the processes unless batches are split, its other keyword arguments). Returns the problems: a placeholder
+    without its config section, a real optimizer beside a config one, "auto" values nothing gives."""
+    from acc.utils.deepspeed import DummyOptim
+
+    problems: list[str] = []
+    dummy = isinstance(optimizer, DummyOptim)
+    if dummy and "optimizer" not in config:
+        problems.append(f"DummyOptim stands for the optimizer a DeepSpeed config defines, but {where} has no "
+                        "\"optimizer\" section: add one (e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+                        "{\"lr\": \"auto\", \"weight_decay\": \"auto\"}}) or pass a real torch optimizer")
+    if not dummy and "optimizer" in config:
+        problems.append(f"{where} defines an optimizer ({_type(config['optimizer'])}) and the script passes its own "
+                        f"({type(optimizer).__name__}): remove the config's \"optimizer\" section, or pass "
+                        "acc.utils.DummyOptim(model.parameters(), lr=...) to train with the config's")
+    if scheduler is not None and scheduler.lr_scheduler_callable is None and "scheduler" not in config:
+        problems.append(f"DummyScheduler stands for the scheduler a DeepSpeed config defines, but {where} has no "
+                        "\"scheduler\" section: add one (e.g. \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+                        "{\"warmup_num_steps\": \"auto\", \"total_num_steps\": \"auto\"}}), or build it in code with "
+                        "DummyScheduler(optimizer, lr_scheduler_callable=lambda opt: ...)")
+    if scheduler is None and "scheduler" in config and "initial_lr" in _first_group(optimizer):
+        problems.append(f"{where} defines a scheduler ({_type(config['scheduler'])}) and the script built a torch LR "
+                        "scheduler on its optimizer: remove the config's \"scheduler\" section, or replace the torch "
+                        "scheduler with acc.utils.DummyScheduler(optimizer, ...) to use the config's")
+    if problems:
+        return problems
+    if dummy:
+        given = {"lr": optimizer.lr, "weight_decay": optimizer.weight_decay, **optimizer.kwargs}
+        _fill(config["optimizer"], given, "optimizer", where, "DummyOptim", problems)
+    if "scheduler" in config and (scheduler is None or scheduler.lr_scheduler_callable is None):
+        given = {}
+        if scheduler is not None:
+            owner = scheduler.optimizer
+            defaults = getattr(owner, "defaults", None)
+            max_lr = getattr(owner, "lr", None) if defaults is None else defaults.get("lr")
+            given = {"warmup_min_lr": 0, "warmup_max_lr": max_lr, "warmup_num_steps": scheduler.warmup_num_steps,
+                     **scheduler.kwargs}
+            if scheduler.total_num_steps is not None:
+                total = scheduler.total_num_steps
+                given["total_num_steps"] = total if split_batches else math.ceil(total / num_processes)
+        _fill(config["scheduler"], given, "scheduler", where,
+              "DummyScheduler" if scheduler is not None else "a DummyScheduler(optimizer, ...) made before prepare",
+              problems)
+    return problems
+
+
+def _type(section: Any) -> str:
+    return str(section.get("type", "no type")) if isinstance(section, dict) else repr(section)
+
+
+def _first_group(optimizer: Any) -> dict:
+    groups = getattr(optimizer, "param_groups", None)
+    return groups[0] if groups else {}
+
+
+def _fill(section: Any, given: Mapping[str, Any], name: str, where: str, source: str, problems: list[str]) -> None:
+    params = section.get("params") if isinstance(section, dict) else None
+    if not isinstance(params, dict):
+        return
+    for key, value in params.items():
+        if value != AUTO:
+            continue
+        if given.get(key) is None:
+            problems.append(f"{where} sets {name}.params.{key} = \"auto\", but nothing gives it: write a value in "
+                            f"the config, or pass {key}=... to {source}")
+        else:
+            params[key] = given[key]

@@ -17,6 +17,7 @@ from acc.distributed_hooks import (  # noqa: F401  (the torch.distributed collec
 )
 from acc.launch import elastic_plan
 from acc.settings import Setting
+from acc.utils.deepspeed import DummyOptim, scheduler_for
 
 from . import config as ds_config
 
@@ -29,8 +30,8 @@ TAG = "state"
 
 @acc.hookimpl
 def acc_add_settings(registry: Any) -> None:
-    registry.add(Setting("deepspeed_config", str, None, "a DeepSpeed JSON config; values left \"auto\" come from acc",
-                         ("--deepspeed-config",)))
+    registry.add(Setting("deepspeed_config", str, None, "a DeepSpeed JSON config file (or the JSON object itself, "
+                         "starting with '{'); values left \"auto\" come from acc", ("--deepspeed-config",)))
     registry.add(Setting("zero_stage", int, None, "ZeRO stage (default: the config's, else 2)", ("--zero-stage",),
                          minimum=0, maximum=3))
     registry.add(Setting("offload_optimizer", str, "none", "where ZeRO keeps optimizer states",
@@ -55,7 +56,7 @@ def acc_validate(settings: Any) -> list[str]:
     except acc.ConfigError as exc:
         return [str(exc)]
     _, problems = ds_config.complete(user, settings, world_size=None, micro_batch=None,
-                                     where=settings["deepspeed_config"] or "the DeepSpeed settings")
+                                     where=ds_config.describe(settings["deepspeed_config"]))
     cuda = hardware.visible_cuda_devices()
     if cuda and not settings["cpu"] and settings["nproc"] > cuda:
         problems.append(f"nproc = {settings['nproc']} but only {cuda} CUDA device(s) are visible; use --nproc {cuda}")
@@ -127,23 +128,43 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
             "may be prepared alongside and are kept as they are"
         )
     if not trained:
+        if any(isinstance(o, DummyOptim) for o in optimizers):
+            raise acc.AccError("a DummyOptim becomes the DeepSpeed engine's optimizer, which is built with the model: "
+                               "prepare the model and its DummyOptim in the same call")
         return list(models), list(optimizers)
     if len(optimizers) != 1:
         raise acc.AccError(f"the deepspeed backend builds its engine from the model and its optimizer together: prepare "
                            f"them in the same call (got {len(optimizers)} optimizers with the model)")
     batch_sizes = [dl.per_process_batch_size for dl in ctx.dataloaders]
+    where = ds_config.describe(ctx.settings["deepspeed_config"])
     config, problems = ds_config.complete(ctx.backend_state["user_config"], ctx.settings, ctx.num_processes,
-                                          batch_sizes[0] if batch_sizes else None,
-                                          where=ctx.settings["deepspeed_config"] or "the DeepSpeed settings")
+                                          batch_sizes[0] if batch_sizes else None, where=where)
     if "train_micro_batch_size_per_gpu" not in config:
         problems.append("the micro batch size is unknown: prepare the training DataLoader in the same prepare call as "
                         "the model, or set train_micro_batch_size_per_gpu in the DeepSpeed config")
+    optimizer, scheduler = optimizers[0], scheduler_for(optimizers[0])
+    split = bool(ctx.dataloaders) and ctx.dataloaders[0].settings.split_batches
+    problems += ds_config.fill_optimizer_and_scheduler(config, optimizer, scheduler, ctx.num_processes, split, where)
     if problems:
         raise acc.ConfigError("; ".join(problems))
-    engine, optimizer, _, _ = deepspeed.initialize(model=trained[0], optimizer=optimizers[0], config=config)
+    kwargs: dict[str, Any] = {"model": trained[0], "config": config}
+    if isinstance(optimizer, DummyOptim):  # the engine builds the config's optimizer over these parameters
+        kwargs["model_parameters"] = list(optimizer.params)
+    else:
+        kwargs["optimizer"] = optimizer
+    if scheduler is not None and scheduler.lr_scheduler_callable is not None:
+        if "scheduler" in config:
+            import warnings
+
+            warnings.warn(f"DummyScheduler(lr_scheduler_callable=...) builds the scheduler; the \"scheduler\" section "
+                          f"of {where} is not used (as with Accelerate)", stacklevel=2)
+        kwargs["lr_scheduler"] = scheduler.lr_scheduler_callable  # called with the engine's optimizer
+    engine, engine_optimizer, _, _ = deepspeed.initialize(**kwargs)
     engine.checkpoint_engine = _safe_checkpoint_engine(engine)
     ctx.backend_state.update(engine=engine, config=config)
-    return [engine if m is trained[0] else m for m in models], [optimizer]
+    if scheduler is not None:
+        scheduler._bind(engine.lr_scheduler)  # stepped by the engine inside each applied optimizer step
+    return [engine if m is trained[0] else m for m in models], [engine_optimizer]
 
 
 @acc.hookimpl
@@ -294,7 +315,10 @@ def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optim
                                    f"({manifest.get('run', {}).get('backend')})?")
     ctx_manifest.update(manifest=manifest, directory=str(directory))
     try:
-        path, _ = engine.load_checkpoint(str(directory / SUBDIR), tag=TAG, load_lr_scheduler_states=False)
+        # a scheduler the engine built (the config's, or DummyScheduler's callable) is restored with the engine;
+        # the script's own torch schedulers are restored by the kernel
+        path, _ = engine.load_checkpoint(str(directory / SUBDIR), tag=TAG,
+                                         load_lr_scheduler_states=engine.lr_scheduler is not None)
     finally:
         ctx_manifest.clear()
     if path is None:
