@@ -10,10 +10,20 @@ A process killed before step 3 leaves only a `.tmp-` directory, which nothing ev
 Loading checks every file against the manifest (missing, truncated, altered) before reading it, and
 reads tensors with safetensors and everything else with `torch.load(weights_only=True)`: a file that
 would make pickle run code is refused.
+
+Failures while writing (a full disk, a worker that raises) are collective: every process learns of them, the
+temporary directory is removed, nothing is published, and every process raises; a full disk is a
+CheckpointError naming the directory, the bytes needed and the bytes free.
+
+Which checkpoint `load_state()` loads with automatic naming (the fallback rule): the newest `checkpoint_<i>`
+whose manifest is valid and whose files all verify (present, full size, same sha256) on every process. A newer
+one that fails is skipped with a warning naming it, the file and the reason; if none verifies, the error lists
+each one and why. An explicitly named checkpoint that fails is an error: nothing is loaded.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -121,6 +131,68 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def retire(directory: Path) -> None:
+    """Delete a checkpoint so that it is never seen half-deleted: hidden by a rename first, then removed."""
+    hidden = directory.parent / f".{directory.name}.del-{uuid.uuid4().hex[:12]}"
+    try:
+        os.replace(directory, hidden)
+    except OSError:
+        hidden = directory
+    shutil.rmtree(hidden, ignore_errors=True)
+
+
+def remove_stale_temporaries(root: Path, upto: int) -> list[Path]:
+    """Remove what killed saves left under `root`: `.checkpoint_<j>.tmp-*` (j <= upto) and `.*.del-*`/`.*.old-*`
+    directories. Called by the main process after it published checkpoint_<upto>, when no other save of this run
+    can be in progress."""
+    removed = []
+    if not root.is_dir():
+        return removed
+    for path in root.iterdir():
+        match = re.fullmatch(r"\." + AUTO_PREFIX + r"(\d+)\.(tmp|del|old)-[0-9a-f]+", path.name)
+        if match and (match.group(2) != "tmp" or int(match.group(1)) <= upto) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def total_size(manifest: dict[str, Any]) -> int:
+    return sum(int(entry.get("size", 0)) for entry in manifest.get("files", {}).values())
+
+
+_SPACE_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def is_disk_full(exc: BaseException, directory: Path, needed: int) -> bool:
+    """Whether a write failed because the file system is full (torch.save's C++ writer says only "unexpected pos",
+    so its failures count when the file system has less free space than the checkpoint needs)."""
+    if isinstance(exc, OSError) and exc.errno in _SPACE_ERRNOS:
+        return True
+    text = str(exc)
+    if "No space left" in text or "os error 28" in text or "Disk quota exceeded" in text:
+        return True
+    writer = "unexpected pos" in text or "PytorchStreamWriter" in text or "file write failed" in text
+    return writer and free_bytes(directory) < max(needed, 1)
+
+
+def free_bytes(directory: Path) -> int:
+    try:
+        return shutil.disk_usage(directory if directory.exists() else directory.parent).free
+    except OSError:
+        return -1
+
+
+def disk_full_message(final: Path, tmp: Path, file: str, needed: int, how: str, previous: Path | None) -> str:
+    free = free_bytes(final.parent)
+    kept = (f"the previous checkpoint {previous} is complete and unchanged" if previous is not None
+            else "no earlier checkpoint was touched")
+    what = tmp / file if " " not in file else f"{file} in {tmp}"
+    return (f"save_state: the file system of {final.parent} is full: writing {what} failed; the checkpoint "
+            f"{final} needs about {needed} bytes ({how}) and {free} bytes are free there. Nothing was published: "
+            f"{kept}, and the temporary directory {tmp} was removed. Free some space (older checkpoints are pruned "
+            "by total_limit only after a new one is complete) or save elsewhere")
+
+
 # ------------------------------------------------------------------------------------------ files
 
 
@@ -206,12 +278,58 @@ def read_manifest(directory: Path) -> dict[str, Any]:
                               "(a checkpoint written by acc gets one when it is complete)")
     try:
         manifest = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    except (ValueError, OSError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an acc checkpoint manifest (format {manifest.get('format')!r}, "
-                              f"expected {FORMAT!r})" if isinstance(manifest, dict) else f"{path}: not a manifest")
+                              f"expected {FORMAT!r})" if isinstance(manifest, dict) else
+                              f"{path}: not an acc checkpoint manifest (a JSON {type(manifest).__name__}, expected "
+                              "an object)")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise CheckpointError(f"{path}: not a valid acc checkpoint manifest: {problem}")
     return manifest
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with a manifest's structure (None: nothing): the files it lists (safe relative names, sizes,
+    checksums), the run record and the step."""
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return f"'files' must map file names to their size and sha256, got {type(files).__name__}"
+    for name, entry in files.items():
+        parts = name.replace("\\", "/").split("/")
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+            return f"file name {name!r} is not a plain name inside the checkpoint"
+        if not isinstance(entry, dict):
+            return f"the entry of {name!r} must be an object with size and sha256, got {type(entry).__name__}"
+        size, sha = entry.get("size"), entry.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 2**63:
+            return f"the size of {name!r} must be a byte count, got {size!r}"[:300]
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            return f"the sha256 of {name!r} must be 64 hex digits, got {sha!r}"[:300]
+    run = manifest.get("run", {})
+    if not isinstance(run, dict) or not isinstance(run.get("processes", {}), dict):
+        return "'run' must be an object (the run's record) with 'processes' an object"
+    world = run.get("processes", {}).get("num_processes")
+    if world is not None and (not isinstance(world, int) or isinstance(world, bool)):
+        return f"'run.processes.num_processes' must be an integer, got {world!r}"[:300]
+    if not isinstance(run.get("backend", ""), str):
+        return f"'run.backend' must be a string, got {run.get('backend')!r}"[:300]
+    step = manifest.get("step", 0)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return f"'step' must be an integer, got {step!r}"[:300]
+    return None
+
+
+def verify_all(directory: Path, manifest: dict[str, Any], names: list[str]) -> None:
+    """Check every file in `names` against the manifest (hashed in parallel); the first bad one is an error."""
+    verify_ahead(directory, manifest, names)
+    for name in names:
+        verify(directory, manifest, name)
 
 
 def verify_ahead(directory: Path, manifest: dict[str, Any], names: list[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -108,43 +109,119 @@ class SavingMixin:
         else:
             final = Path(output_dir)
         models = self._models_to_save(final)
-        tmp = None
+        tmp, problem = None, None
         if self.is_main_process:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = ckpt.temporary_dir(final)
-            tmp.mkdir()
-        tmp = Path(self.broadcast_object(str(tmp) if tmp else None, from_process=0))
-        self.wait_for_everyone()  # the directory exists for everyone (shared file system)
+            try:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                tmp = ckpt.temporary_dir(final)
+                tmp.mkdir()
+            except OSError as exc:
+                problem = f"save_state: cannot create a directory in {final.parent}: {exc}"
+        tmp, problem = self.broadcast_object((str(tmp) if tmp else None, problem), from_process=0)
+        if problem:
+            raise CheckpointError(problem)
+        tmp = Path(tmp)  # the directory exists for everyone (shared file system)
 
-        written = list(self._pm.hook.acc_save_checkpoint(
-            ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
-            optimizers=[o.optimizer for o in self._optimizers]) or [])
-        rng_name = RNG_FILE.format(rank=self.process_index)
-        ckpt.save_object(ckpt.rng_state(), tmp / rng_name)
-        written.append(rng_name)
-        if self.is_main_process:
-            ckpt.save_object(self._kernel_state(len(models)), tmp / KERNEL_STATE)
-            written.append(KERNEL_STATE)
-            for i, obj in enumerate(self._custom_objects):
-                name = CUSTOM_FILE.format(index=i)
-                ckpt.save_object(obj.state_dict(), tmp / name)
-                written.append(name)
-        mine = ckpt.digest_many(tmp, written, sync=True)  # flushed to disk before the directory is published
-        everyone = self._gather_objects(mine)
-        if self.is_main_process:
-            files: dict[str, Any] = {}
-            for part in everyone:
-                files.update(part)
-            data = {"format": ckpt.FORMAT, "files": files, "run": self._manifest(),
-                    "step": self.ctx.loop.step}
-            run_manifest.write_json(tmp / ckpt.MANIFEST, data)
-            ckpt.publish(tmp, final)
-            if output_dir is None:
-                self._prune(config)
+        # every failure while writing is collective: all processes learn of it, nothing is published, all raise
+        mine: dict[str, Any] = {}
+        failure: tuple[str, str] | None = None
+        error: BaseException | None = None
+        current = "the backend's model and optimizer files"
+        try:
+            written = list(self._pm.hook.acc_save_checkpoint(
+                ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
+                optimizers=[o.optimizer for o in self._optimizers]) or [])
+            current = RNG_FILE.format(rank=self.process_index)
+            ckpt.save_object(ckpt.rng_state(), tmp / current)
+            written.append(current)
+            if self.is_main_process:
+                current = KERNEL_STATE
+                ckpt.save_object(self._kernel_state(len(models)), tmp / KERNEL_STATE)
+                written.append(KERNEL_STATE)
+                for i, obj in enumerate(self._custom_objects):
+                    current = CUSTOM_FILE.format(index=i)
+                    ckpt.save_object(obj.state_dict(), tmp / current)
+                    written.append(current)
+            current = "the flush of the files to disk"
+            mine = ckpt.digest_many(tmp, written, sync=True)  # flushed to disk before the directory is published
+        except Exception as exc:  # noqa: BLE001  (reported to every process, then raised)
+            error = exc
+            failure = self._write_failure(exc, final, tmp, current)
+        everyone = self._gather_objects((mine, failure))
+        failures = [(rank, f) for rank, (_, f) in enumerate(everyone) if f is not None]
+        if not failures and self.is_main_process:
+            try:
+                files: dict[str, Any] = {}
+                for part, _ in everyone:
+                    files.update(part)
+                data = {"format": ckpt.FORMAT, "files": files, "run": self._manifest(),
+                        "step": self.ctx.loop.step}
+                current = ckpt.MANIFEST
+                run_manifest.write_json(tmp / ckpt.MANIFEST, data)
+                ckpt.publish(tmp, final)
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+                failures = [(0, self._write_failure(exc, final, tmp, current))]
+        if self.num_processes > 1:
+            failures = self.broadcast_object(failures, from_process=0)
+        if failures:
+            if self.is_main_process:
+                shutil.rmtree(tmp, ignore_errors=True)
+            self._raise_write_failure(failures, error, tmp)
+        if self.is_main_process and output_dir is None:
+            self._prune(config)
+            ckpt.remove_stale_temporaries(config.checkpoints_dir, config.iteration)
         if output_dir is None:
             config.iteration += 1
-        self.wait_for_everyone()
         return final
+
+    def _write_failure(self, exc: BaseException, final: Path, tmp: Path, current: str) -> tuple[str, str]:
+        """(kind, message) of a failed write: "full" with the bytes needed and free, or "error"."""
+        needed, how = self._bytes_needed(final)
+        if ckpt.is_disk_full(exc, final.parent, needed):
+            previous = self._previous_checkpoint(final)
+            return "full", ckpt.disk_full_message(final, tmp, current, needed, how, previous)
+        return "error", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+    def _raise_write_failure(self, failures: list, error: BaseException | None, tmp: Path) -> None:
+        rank, (kind, message) = failures[0]
+        mine = next((f for r, f in failures if r == self.process_index), None)
+        if mine is not None and mine[0] == "full":
+            raise CheckpointError(mine[1]) from None
+        if mine is not None and error is not None:
+            raise error
+        if kind == "full":
+            raise CheckpointError(f"(process {rank}) {message}") from None
+        raise CheckpointError(f"save_state: process {rank} failed while writing the checkpoint ({message}); nothing "
+                              f"was published and the temporary directory {tmp} was removed") from None
+
+    def _previous_checkpoint(self, final: Path) -> Path | None:
+        if final.name.startswith(ckpt.AUTO_PREFIX):
+            complete = [p for _, p in ckpt.automatic_checkpoints(final.parent) if p != final]
+            if complete:
+                return complete[-1]
+        return final if ckpt.is_complete(final) else None
+
+    def _bytes_needed(self, final: Path) -> tuple[int, str]:
+        """About how many bytes the checkpoint takes: the previous one's size, else its tensors' size."""
+        previous = self._previous_checkpoint(final)
+        if previous is not None:
+            try:
+                return ckpt.total_size(ckpt.read_manifest(previous)), f"the size of {previous.name}"
+            except CheckpointError:
+                pass
+        total = 0
+        for obj in [*(self.unwrap_model(m) for m in self._models), *(o.optimizer for o in self._optimizers)]:
+            try:
+                state = obj.state_dict()
+            except Exception:  # noqa: BLE001  (an estimate only)
+                continue
+            from .ops import apply
+
+            sizes: list[int] = []
+            apply(lambda t: sizes.append(t.numel() * t.element_size()) or t, state)
+            total += sum(sizes)
+        return total, "the size of its model and optimizer tensors; more with the other files"
 
     def _kernel_state(self, saved_models: int) -> dict[str, Any]:
         return {
@@ -161,7 +238,7 @@ class SavingMixin:
             return
         complete = ckpt.automatic_checkpoints(config.checkpoints_dir)
         for _, path in complete[: max(0, len(complete) - config.total_limit)]:
-            shutil.rmtree(path, ignore_errors=True)
+            ckpt.retire(path)  # hidden first: a kill while deleting never leaves a half checkpoint in view
 
     def _manifest(self) -> dict[str, Any]:
         s = self.settings
@@ -195,14 +272,14 @@ class SavingMixin:
             complete = ckpt.automatic_checkpoints(config.checkpoints_dir)
             if not complete:
                 raise CheckpointError(f"no complete checkpoint in {config.checkpoints_dir} to load")
-            iteration, directory = complete[-1]
+            iteration, directory, manifest = self._newest_verified(complete)
             config.iteration = iteration + 1
         else:
             directory = Path(input_dir)
-        manifest = ckpt.read_manifest(directory)
+            manifest, problems = self._verified_everywhere(directory)
+            if problems:
+                raise CheckpointError(f"load_state: refused {directory}: {problems[0]}; nothing was loaded")
         self._warn_about_differences(manifest, directory)
-        others = {RNG_FILE.format(rank=r) for r in range(1024)} - {RNG_FILE.format(rank=self.process_index)}
-        ckpt.verify_ahead(directory, manifest, [n for n in manifest["files"] if n not in others])
         state = ckpt.load_object(ckpt.verify(directory, manifest, KERNEL_STATE))
         models = self._models_to_load(directory)
         saved = state.get("models", len(self._models))
@@ -222,6 +299,39 @@ class SavingMixin:
             ckpt.set_rng_state(ckpt.load_object(ckpt.verify(directory, manifest, rng_name)))
         self.wait_for_everyone()
         return directory
+
+    def _verified_everywhere(self, directory: Path) -> tuple[dict[str, Any] | None, list[str]]:
+        """The manifest of `directory` with every file each process will read verified (on every process), and
+        the problems found (with the process that found them; empty: loadable)."""
+        manifest, problem = None, None
+        try:
+            manifest = ckpt.read_manifest(directory)
+            mine = RNG_FILE.format(rank=self.process_index)
+            names = [n for n in manifest["files"] if n == mine or not re.fullmatch(r"rng_state_\d+\.pt", n)]
+            ckpt.verify_all(directory, manifest, names)
+        except CheckpointError as exc:
+            problem = str(exc)
+        found = self._gather_objects(problem) if self.num_processes > 1 else [problem]
+        problems = [p if self.num_processes == 1 else f"{p} (found by process {r})"
+                    for r, p in enumerate(found) if p is not None]
+        return manifest, problems
+
+    def _newest_verified(self, complete: list[tuple[int, Path]]) -> tuple[int, Path, dict[str, Any]]:
+        """The fallback rule of automatic naming: the newest checkpoint whose files all verify on every process;
+        each newer one is refused with a warning naming the file and why."""
+        refused = []
+        for iteration, directory in reversed(complete):
+            manifest, problems = self._verified_everywhere(directory)
+            if not problems:
+                if refused and self.is_main_process:
+                    for name, problem in refused:
+                        warnings.warn(f"load_state: refused {name}: {problem}; loading {directory} instead, the "
+                                      "newest complete checkpoint whose files all verify", stacklevel=3)
+                return iteration, directory, manifest
+            refused.append((directory, problems[0]))
+        listing = "; ".join(f"{d.name}: {p}" for d, p in refused)
+        raise CheckpointError(f"load_state: no checkpoint in {complete[0][1].parent} verifies, nothing was loaded: "
+                              f"{listing}")
 
     def _restore_kernel_state(self, state: dict[str, Any], directory: Path) -> None:
         if len(state["schedulers"]) != len(self._schedulers) or len(state["dataloaders"]) != len(self._dataloaders):
