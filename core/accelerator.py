@@ -28,11 +28,11 @@ from .enums import DistributedType
 from .errors import AccError
 from .kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
-from .plugins import fast_caller
 from .precision import BackendStepper, Precision, check_supported
 from .runtime import Runtime
 from .saving import SavingMixin
 from .state import only_on
+from .utils.deepspeed import DummyOptim, DummyScheduler, check_prepare
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
@@ -120,12 +120,13 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self._runtime.accelerator = weakref.ref(self)
         self._assembly: Assembly = self._runtime.assembly
         self._pm = self._runtime._pm
+        self._hooks = self._runtime.hooks
         self.ctx = self._runtime.ctx
         self.device_placement = device_placement
         self._even_batches = self.dataloader_config.even_batches if even_batches is None else even_batches
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self._precision = self._make_precision()
-        self._backward_hook = fast_caller(self._pm, "acc_backward")
+        self._backward_hook = self._hooks.acc_backward
         self._models: list[Any] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -159,7 +160,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
         scaler = None
         if mode == "fp16":
             handler = self.ctx.handler(GradScalerKwargs)
-            scaler = self._pm.hook.acc_grad_scaler(ctx=self.ctx, kwargs=handler.to_kwargs() if handler else {})
+            scaler = self._hooks.acc_grad_scaler(ctx=self.ctx, kwargs=handler.to_kwargs() if handler else {})
         return Precision(mode, info.device, scaler=scaler, autocast_kwargs=self.ctx.handler(AutocastKwargs))
 
     def _data_settings(self) -> DataSettings:
@@ -351,10 +352,11 @@ class Accelerator(CollectivesMixin, SavingMixin):
         if device_placement is not None and len(device_placement) != len(objects):
             raise ValueError(f"device_placement has {len(device_placement)} entries for {len(objects)} objects")
         placement = device_placement or [self.device_placement] * len(objects)
+        check_prepare(objects, self.backend, self.distributed_type)  # DummyOptim/DummyScheduler need deepspeed
         result: list[Any] = list(objects)
         fresh = [not getattr(o, "_is_accelerate_prepared", False) for o in objects]
         model_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module) and fresh[i]]
-        opt_idx = [i for i, o in enumerate(objects) if isinstance(o, torch.optim.Optimizer) and fresh[i]]
+        opt_idx = [i for i, o in enumerate(objects) if isinstance(o, (torch.optim.Optimizer, DummyOptim)) and fresh[i]]
         for i, obj in enumerate(objects):
             if isinstance(obj, torch.utils.data.DataLoader) and fresh[i]:
                 result[i] = self.prepare_data_loader(obj, device_placement=placement[i])
@@ -367,7 +369,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
                 self._precision.patch_forward(model)
                 models.append(model)
             raw_opts = [objects[i] for i in opt_idx]
-            wrapped_models, wrapped_opts = self._pm.hook.acc_wrap(ctx=self.ctx, models=models, optimizers=raw_opts)
+            wrapped_models, wrapped_opts = self._hooks.acc_wrap(ctx=self.ctx, models=models, optimizers=raw_opts)
             if len(wrapped_models) != len(models) or len(wrapped_opts) != len(raw_opts):
                 raise AccError(f"backend '{self.backend}' answered acc_wrap with the wrong number of objects")
             for i, m in zip(model_idx, wrapped_models):
@@ -381,7 +383,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
                 self._optimizers.append(result[i])
                 self._prepared_for[id(old)] = result[i]  # a scheduler built on the user's optimizer finds it
         for i, obj in enumerate(objects):
-            if isinstance(obj, _SCHEDULER_TYPES) and fresh[i]:
+            if isinstance(obj, (*_SCHEDULER_TYPES, DummyScheduler)) and fresh[i]:
                 result[i] = self.prepare_scheduler(obj)
         for i in model_idx + opt_idx:
             _mark_prepared(result[i])
@@ -438,7 +440,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
         )
         self._dataloaders.append(prepared)
         self.ctx.dataloaders.append(prepared)
-        wrapped = self._pm.hook.acc_wrap_dataloader(ctx=self.ctx, loader=prepared)
+        wrapped = self._hooks.acc_wrap_dataloader(ctx=self.ctx, loader=prepared)
         _mark_prepared(wrapped)
         return wrapped
 
@@ -461,7 +463,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
 
     def _step_function(self, optimizer: Any) -> Callable[[Any], bool]:
         """The prepared optimizer's step: through the scaler (fp16) to the backend's step hook."""
-        step_hook = fast_caller(self._pm, "acc_optimizer_step")
+        step_hook = self._hooks.acc_optimizer_step
         stepper = BackendStepper(optimizer, lambda opt: step_hook(ctx=self.ctx, optimizer=opt))
         self._steppers.append(stepper)
         return lambda opt: self._precision.step(stepper, lambda: stepper.step())
@@ -484,13 +486,13 @@ class Accelerator(CollectivesMixin, SavingMixin):
         with contextlib.ExitStack() as stack:
             if not (loop.sync_gradients or sync_anyway):
                 for model in models:
-                    stack.enter_context(self._pm.hook.acc_no_sync(ctx=self.ctx, model=model))
+                    stack.enter_context(self._hooks.acc_no_sync(ctx=self.ctx, model=model))
             yield
 
     @contextlib.contextmanager
     def no_sync(self, model: Any) -> Iterator[None]:
         """Backward inside this context does not synchronise gradients across processes."""
-        with self._pm.hook.acc_no_sync(ctx=self.ctx, model=model):
+        with self._hooks.acc_no_sync(ctx=self.ctx, model=model):
             yield
 
     def _unscale_all(self) -> None:
@@ -518,7 +520,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
             return None
         self._unscale_all()
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        return self._pm.hook.acc_clip_grad_norm(ctx=self.ctx, parameters=params, max_norm=max_norm,
+        return self._hooks.acc_clip_grad_norm(ctx=self.ctx, parameters=params, max_norm=max_norm,
                                                norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
@@ -546,7 +548,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
         module, which also stops the prepared model from synchronising).
         """
         compiled = model if hasattr(model, "_orig_mod") else None
-        inner = self._pm.hook.acc_unwrap_model(ctx=self.ctx, model=model if compiled is None else compiled._orig_mod)
+        inner = self._hooks.acc_unwrap_model(ctx=self.ctx, model=model if compiled is None else compiled._orig_mod)
         if not keep_fp32_wrapper:
             Precision.unpatch(inner)
         if compiled is not None and keep_torch_compile and inner is compiled._orig_mod:

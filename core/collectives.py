@@ -20,17 +20,22 @@ from . import ops
 
 
 class CollectivesMixin:
-    """Mixed into `Accelerator`; expects `self._pm`, `self.ctx` and the process facts."""
+    """The user-facing collectives over the run's Communicator (`self.ctx.communicator`); mixed into the Runtime
+    and the Accelerator, which share one context."""
+
+    ctx: Any
+    num_processes: int
+    process_index: int
 
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self._pm.hook.acc_all_gather(ctx=self.ctx, tensor=tensor)
+        return self.ctx.communicator.all_gather(tensor)
 
     def _gather_objects(self, obj: Any) -> list:
         """Every process's object, one list entry per process, in process order."""
-        return self._pm.hook.acc_gather_object(ctx=self.ctx, obj=obj)
+        return self.ctx.communicator.gather_object(obj)
 
     def _broadcast_object(self, obj: Any, src: int) -> Any:
-        return self._pm.hook.acc_broadcast_object(ctx=self.ctx, obj=obj, src=src)[0]
+        return self.ctx.communicator.broadcast_object(obj, src)
 
     def gather(self, tensor: Any) -> Any:
         """Every process's tensors (nested structures too), concatenated along dim 0 in process order."""
@@ -80,7 +85,7 @@ class CollectivesMixin:
         apply_scale = scale != 1.0 and self._scale_applies()
 
         def one(t: torch.Tensor) -> torch.Tensor:
-            out = self._pm.hook.acc_all_reduce(ctx=self.ctx, tensor=t.detach().clone(), op=op)
+            out = self.ctx.communicator.all_reduce(t.detach().clone(), op)
             return out * scale if apply_scale else out
 
         return ops.apply(one, tensor)
@@ -94,7 +99,7 @@ class CollectivesMixin:
             return tensor
 
         def one(t: torch.Tensor) -> torch.Tensor:
-            out = self._pm.hook.acc_broadcast(ctx=self.ctx, tensor=t.detach(), src=from_process)
+            out = self.ctx.communicator.broadcast(t.detach(), from_process)
             with torch.no_grad():
                 t.copy_(out)
             return t
@@ -126,7 +131,7 @@ class CollectivesMixin:
         return ops.apply(one, tensor)
 
     def wait_for_everyone(self) -> None:
-        self._pm.hook.acc_barrier(ctx=self.ctx)
+        self.ctx.communicator.barrier()
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:

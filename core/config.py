@@ -86,8 +86,8 @@ class ConfigFile:
     def lookup(self, setting: Setting) -> tuple[bool, Any]:
         """(True, raw value) where this file sets `setting`, else (False, None)."""
         table = self.data if setting.owner == CORE_OWNER else self.data.get(setting.owner)
-        if isinstance(table, dict) and setting.name in table and not isinstance(table[setting.name], dict):
-            return True, table[setting.name]
+        if isinstance(table, dict) and setting.key in table and not isinstance(table[setting.key], dict):
+            return True, table[setting.key]
         return False, None
 
     def line_of(self, key: str, table: str | None = None) -> int | None:
@@ -113,11 +113,11 @@ class ConfigFile:
 
     def describe_key(self, setting: Setting, problem: str) -> str:
         table = None if setting.owner == CORE_OWNER else setting.owner
-        shown = f"[{table}] {setting.name}" if table else setting.name
+        shown = f"[{table}] {setting.key}" if table else setting.key
         if self.accelerate:
             shown = f"{self.origin.get(setting.name, setting.name)}' (acc's {setting.name}"
-            return f"{self.where(setting.name, table)}: key '{shown}): {problem}"
-        return f"{self.where(setting.name, table)}: key '{shown}': {problem}"
+            return f"{self.where(setting.key, table)}: key '{shown}): {problem}"
+        return f"{self.where(setting.key, table)}: key '{shown}': {problem}"
 
     def check_keys(self, registry: SettingsRegistry, loaded_plugins: set[str]) -> None:
         """Raise ConfigError for a key no loaded plugin declares (tables of unloaded plugins are skipped)."""
@@ -126,7 +126,7 @@ class ConfigFile:
             if isinstance(value, dict):
                 if key not in loaded_plugins:
                     continue
-                own = {s.name for s in registry.owned_by(key)}
+                own = {s.key for s in registry.owned_by(key)}
                 for sub in value:
                     if sub not in own:
                         valid = ", ".join(sorted(own)) or "(none: this plugin declares no settings)"

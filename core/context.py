@@ -17,8 +17,9 @@ class ProcessInfo:
     process_index: int = 0
     local_process_index: int = 0
     local_num_processes: int = 1
-    distributed_type: str = "no"  # a label for users and manifests: "no", "multi_cpu", "multi_gpu", ...
+    distributed_type: Any = "NO"  # Accelerate's DistributedType (or its value, e.g. "MULTI_CPU"; a label of one's own)
     native_precision: bool = False  # True: the backend implements mixed precision itself (kernel stands aside)
+    process_group_backend: str | None = None  # the torch.distributed backend ("gloo", "nccl"), if it uses one
 
     def __post_init__(self) -> None:
         if not 0 <= self.process_index < self.num_processes:
@@ -58,9 +59,11 @@ class LoopState:
 class RunContext:
     """Handed to every worker-side hook.
 
-    `settings` are the resolved settings; `process` is filled from `acc_setup`'s answer; `backend_state`
-    is the chosen backend's private scratch space (process groups, engines, kwargs); `dataloaders` are the
-    prepared loaders (a backend may need the per-process batch size: `ctx.dataloaders[0].per_process_batch_size`).
+    `settings` are the resolved settings; `process` is filled from `acc_setup`'s answer and `communicator` from
+    `acc_communicator`'s; `backend_state` is the chosen backend's private scratch space (the kernel never reads
+    or writes it); `loop` holds the training-loop facts (`sync_gradients`, `step`, `micro_step`,
+    `end_of_dataloader`, `remainder`); `dataloaders` are the prepared loaders (a backend may need the
+    per-process batch size: `ctx.dataloaders[0].per_process_batch_size`).
     """
 
     settings: ResolvedSettings
@@ -71,6 +74,7 @@ class RunContext:
     kwargs_handlers: list[Any] = field(default_factory=list)
     dataloaders: list[Any] = field(default_factory=list)  # the prepared loaders, in prepare order
     plugin_state: dict[str, Any] = field(default_factory=dict)  # cross-cutting plugins' state, by plugin name
+    communicator: Any = None  # the backend's Communicator (set right after acc_setup)
 
     def handler(self, cls: type) -> Any:
         """The user's kwargs handler of type `cls` (e.g. DistributedDataParallelKwargs), or None."""

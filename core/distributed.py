@@ -74,10 +74,10 @@ def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "au
         elif override is not None and override.init_method:
             kwargs["init_method"] = override.init_method
         dist.init_process_group(backend=pg_backend, rank=rank, world_size=world, **kwargs)
-    ctx.backend_state["pg_backend"] = dist.get_backend()
-    label = distributed_type or ("multi_gpu" if device.type == "cuda" else "multi_cpu")
+    label = distributed_type or ("MULTI_GPU" if device.type == "cuda" else "MULTI_CPU")
     return ProcessInfo(device=device, num_processes=world, process_index=rank, local_process_index=local_rank,
-                       local_num_processes=local_world, distributed_type=label)
+                       local_num_processes=local_world, distributed_type=label,
+                       process_group_backend=dist.get_backend())
 
 
 def _restart_store(world: int, timeout: datetime.timedelta) -> Any:

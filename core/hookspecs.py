@@ -1,15 +1,19 @@
 """Every hook a plugin may implement. This module is the contract; `HOOKSPEC_VERSION` versions it.
 
-A plugin is a module (or object) of functions marked `@acc.hookimpl`, named after the specs below, and
-a module attribute `ACC_HOOKSPEC_VERSION` equal to the version it was written against.
+A plugin is a module (or object) of functions marked `@acc.backend.hookimpl`, named after the specs below, and
+a module attribute `ACC_HOOKSPEC_VERSION` equal to the version it was written against (2; version-1 plugins
+still load, with a deprecation warning, through acc 0.x). Backends import only `acc.backend` (the SDK).
 
 Kinds:
-- **firstresult** (a *selection* hook): the first non-None answer wins. The builtin `cpu` backend answers
-  every selection hook `trylast`, so it is the default; the kernel refuses a plugin set in which two
-  non-default plugins answer the same selection hook.
+- **selection**: exactly one implementation answers: the chosen backend's if it implements the hook, else the
+  builtin `cpu` backend's (the default). Its answer is taken as is, None included: a hook need not return a
+  sentinel to say "done". The kernel refuses a plugin set in which two non-default plugins implement the same
+  selection hook, naming both.
 - **broadcast**: every plugin's answer is collected (a list, in pluggy's call order).
-- Cross-cutting plugins (precision, timing, logging) wrap any hook with `@hookimpl(wrapper=True)`;
-  a wrapper does not count as an answer. `hookwrapper=True` (old style) is refused.
+- Cross-cutting plugins (timing, logging) wrap any hook with `@hookimpl(wrapper=True)`; a wrapper does not
+  count as an answer. `hookwrapper=True` (old style) is refused. Mixed precision is kernel code, not a
+  wrapper (a wrapper can neither change the loss a backward hook receives nor skip a step).
+- The collectives are not hooks but one object (`acc_communicator`), so a backend provides all or none.
 
 Launcher-side hooks receive `settings` (a `ResolvedSettings`) and must not import torch or a backend's
 heavy library: `acc --help`, `acc plugins` and `acc launch --dry-run` stay torch-free. Worker-side hooks
@@ -23,13 +27,16 @@ from typing import TYPE_CHECKING, Any, ContextManager
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .capabilities import Capabilities
+    from .communicator import Communicator
     from .context import ProcessInfo, RunContext
     from .detection import Detection
     from .launch.plan import LaunchPlan
     from .settings import ResolvedSettings, ScopedRegistry
 
 PROJECT = "acc"
-HOOKSPEC_VERSION = 1
+HOOKSPEC_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)  # version 1 (six collective hooks, boxed answers) is deprecated
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -46,16 +53,18 @@ SELECTION_HOOKS = (
     "acc_optimizer_step",
     "acc_clip_grad_norm",
     "acc_grad_scaler",
-    "acc_all_reduce",
-    "acc_all_gather",
-    "acc_gather_object",
-    "acc_broadcast",
-    "acc_broadcast_object",
-    "acc_barrier",
+    "acc_communicator",
+    "acc_capabilities",
     "acc_save_checkpoint",
     "acc_load_checkpoint",
     "acc_model_state_dict",
 )
+
+# Version 1's collectives, one hook each (a version-1 backend implements all six or none; the kernel wraps
+# them into a Communicator). Version 2 backends answer acc_communicator instead.
+V1_COLLECTIVE_HOOKS = ("acc_all_reduce", "acc_all_gather", "acc_gather_object", "acc_broadcast",
+                       "acc_broadcast_object", "acc_barrier")
+V2_ONLY_HOOKS = ("acc_communicator", "acc_capabilities")
 
 
 # --------------------------------------------------------------------------- launcher side (torch-free)
@@ -95,7 +104,7 @@ def acc_launch_plan(settings: "ResolvedSettings") -> "LaunchPlan | None":
     :param settings: the resolved settings.
     :return: a ``LaunchPlan`` (engine, processes per machine, rendezvous, extra environment).
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``acc launch`` (and ``--dry-run``), once, in the launcher; torch-free.
     **Default**: cpu plans one plain process (engine ``process``).
     """
@@ -138,6 +147,22 @@ def acc_env_report(settings: "ResolvedSettings") -> dict[str, str] | None:
     """
 
 
+@hookspec(firstresult=True)
+def acc_capabilities(settings: "ResolvedSettings") -> "Capabilities | None":
+    """Say what this backend promises about training (``acc.backend.Capabilities``): how replicas synchronise
+    (every step, every k steps), whether its state is replicated or sharded, whether its checkpoints load on
+    another number of processes, the DistributedType it runs as and the mixed-precision modes it runs.
+
+    :param settings: the resolved settings (the promises may depend on them, e.g. a sync period setting).
+    :return: a ``Capabilities``.
+
+    **Kind**: selection (version 2); torch-free.
+    **Called by**: ``acc launch --dry-run`` (shown), ``acc check`` and the conformance kit (which hold the
+    backend to them), and each worker.
+    **Default**: cpu promises one process: ``Capabilities(sync="none", distributed_type="NO")``.
+    """
+
+
 # --------------------------------------------------------------------------- worker side: setup
 
 
@@ -148,7 +173,7 @@ def acc_setup(ctx: "RunContext") -> "ProcessInfo | None":
     :param ctx: the run context; ``ctx.settings`` holds the resolved settings.
     :return: a ``ProcessInfo`` (device, world size, this process's global and local index).
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.__init__``, once, on every process.
     **Default**: cpu returns one process on the CPU, or on the single visible CUDA device.
     """
@@ -177,7 +202,7 @@ def acc_wrap(ctx: "RunContext", models: list, optimizers: list) -> "tuple[list, 
     :return: ``(models, optimizers)``, same lengths and order. A backend that must rebuild parameters
         (sharding) rebinds the optimizers to the new parameters here.
 
-    **Kind**: firstresult (selection); precision plugins wrap it.
+    **Kind**: selection.
     **Called by**: ``Accelerator.prepare``, on every process, once per call that has models/optimizers.
     **Default**: cpu returns both lists unchanged.
     """
@@ -190,7 +215,7 @@ def acc_wrap_dataloader(ctx: "RunContext", loader: Any) -> Any:
     :param loader: the kernel's prepared loader for this process.
     :return: an iterable of batches to hand to the user (usually ``loader`` itself).
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.prepare``, on every process, for each data loader.
     **Default**: cpu returns ``loader`` unchanged.
     """
@@ -200,7 +225,7 @@ def acc_wrap_dataloader(ctx: "RunContext", loader: Any) -> Any:
 def acc_unwrap_model(ctx: "RunContext", model: Any) -> Any:
     """Return the user's module from the backend's wrapper.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.unwrap_model`` and the checkpoint code, on any process.
     **Default**: cpu returns ``model`` unchanged.
     """
@@ -210,7 +235,7 @@ def acc_unwrap_model(ctx: "RunContext", model: Any) -> Any:
 def acc_no_sync(ctx: "RunContext", model: Any) -> "ContextManager | None":
     """A context manager in which backward does not synchronise gradients across processes.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.accumulate`` / ``no_sync`` on every process, on non-sync micro-steps.
     **Default**: cpu returns a null context (one process has nothing to synchronise).
     """
@@ -225,9 +250,9 @@ def acc_backward(ctx: "RunContext", loss: Any, kwargs: dict) -> Any:
 
     :param loss: the (already accumulation-scaled) loss tensor.
     :param kwargs: keyword arguments the user passed to ``Accelerator.backward``.
-    :return: any non-None value (``True``) once done.
+    :return: nothing (version 1 returned ``True``; both are fine).
 
-    **Kind**: firstresult (selection); precision plugins wrap it (loss scaling).
+    **Kind**: selection.
     **Called by**: ``Accelerator.backward``, on every process, every micro-step.
     **Default**: cpu calls ``loss.backward(**kwargs)``.
     """
@@ -240,7 +265,7 @@ def acc_optimizer_step(ctx: "RunContext", optimizer: Any) -> bool | None:
     :param optimizer: the user's optimizer (unwrapped).
     :return: True if the step was applied, False if it was skipped (e.g. fp16 overflow).
 
-    **Kind**: firstresult (selection); precision plugins wrap it.
+    **Kind**: selection.
     **Called by**: the prepared optimizer's ``step()``, on every process, on gradient-sync steps only.
     **Default**: cpu calls ``optimizer.step()`` and returns True.
     """
@@ -250,7 +275,7 @@ def acc_optimizer_step(ctx: "RunContext", optimizer: Any) -> bool | None:
 def acc_clip_grad_norm(ctx: "RunContext", parameters: list, max_norm: float, norm_type: float) -> Any:
     """Clip gradients to a total norm across all processes and return that total norm (a tensor).
 
-    **Kind**: firstresult (selection); sharded backends answer because each rank holds part of the norm.
+    **Kind**: selection; sharded backends answer because each rank holds part of the norm.
     **Called by**: ``Accelerator.clip_grad_norm_``, on every process.
     **Default**: cpu calls ``torch.nn.utils.clip_grad_norm_``.
     """
@@ -265,14 +290,34 @@ def acc_grad_scaler(ctx: "RunContext", kwargs: dict) -> Any:
         ``get_scale``, ``state_dict``, ``load_state_dict``). Sharded backends return a scaler that agrees
         on overflow across processes.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.__init__``, on every process, once, when mixed_precision is "fp16" and the
     backend did not report ``native_precision``.
     **Default**: cpu returns ``torch.amp.GradScaler(ctx.device.type, **kwargs)``.
     """
 
 
-# --------------------------------------------------------------------------- worker side: reduce
+# --------------------------------------------------------------------------- worker side: collectives
+
+
+@hookspec(firstresult=True)
+def acc_communicator(ctx: "RunContext") -> "Communicator | None":
+    """The collectives of this run: an object with all six methods of ``acc.backend.Communicator``
+    (``all_reduce``, ``all_gather``, ``gather_object``, ``broadcast``, ``broadcast_object``, ``barrier``).
+
+    :param ctx: the run context, after ``acc_setup``.
+    :return: a ``Communicator``; backends on torch.distributed return ``acc.backend.TorchDistributed()``.
+
+    **Kind**: selection (version 2).
+    **Called by**: the kernel, once per process, right after ``acc_setup``. An object lacking a method is an error
+    naming it; a multi-process run whose backend answers with the single-process default is an error too.
+    **Default**: cpu answers ``LocalCommunicator()`` (every collective the identity).
+    """
+
+
+# --------------------------------------------------------------------------- worker side: reduce (version 1)
+# The six collective hooks of contract version 1, kept for version-1 backends (deprecated): the kernel wraps
+# a version-1 backend's implementations into a Communicator (and refuses a backend that has some but not all).
 
 
 @hookspec(firstresult=True)
@@ -281,7 +326,7 @@ def acc_all_reduce(ctx: "RunContext", tensor: Any, op: str) -> Any:
 
     :return: the reduced tensor (same shape), identical on every process.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.reduce`` and kernel code, on every process at the same point.
     **Default**: cpu returns ``tensor`` (one process: the reduction is the identity).
     """
@@ -291,7 +336,7 @@ def acc_all_reduce(ctx: "RunContext", tensor: Any, op: str) -> Any:
 def acc_all_gather(ctx: "RunContext", tensor: Any) -> Any:
     """Concatenate equally-shaped tensors from every process along dim 0, in process order.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.gather`` (after the kernel padded shapes to agree), on every process.
     **Default**: cpu returns ``tensor``.
     """
@@ -301,7 +346,7 @@ def acc_all_gather(ctx: "RunContext", tensor: Any) -> Any:
 def acc_gather_object(ctx: "RunContext", obj: Any) -> list | None:
     """Collect one picklable object from every process: a list indexed by process.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.gather_object`` and kernel code, on every process.
     **Default**: cpu returns ``[obj]``.
     """
@@ -311,7 +356,7 @@ def acc_gather_object(ctx: "RunContext", obj: Any) -> list | None:
 def acc_broadcast(ctx: "RunContext", tensor: Any, src: int) -> Any:
     """Return process ``src``'s tensor on every process (same shape everywhere).
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.broadcast``, on every process.
     **Default**: cpu returns ``tensor``.
     """
@@ -321,7 +366,7 @@ def acc_broadcast(ctx: "RunContext", tensor: Any, src: int) -> Any:
 def acc_broadcast_object(ctx: "RunContext", obj: Any, src: int) -> Any:
     """Return process ``src``'s picklable object on every process.
 
-    **Kind**: firstresult (selection). Answer with a one-element list ``[value]`` so that a broadcast
+    **Kind**: selection. Answer with a one-element list ``[value]`` so that a broadcast
     value of None is still an answer; the kernel unwraps it.
     **Called by**: ``Accelerator.broadcast_object`` and kernel code (e.g. shared shuffling seeds).
     **Default**: cpu returns ``[obj]``.
@@ -332,7 +377,7 @@ def acc_broadcast_object(ctx: "RunContext", obj: Any, src: int) -> Any:
 def acc_barrier(ctx: "RunContext") -> bool | None:
     """Block until every process has reached this point; return True.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.wait_for_everyone`` and ``main_process_first``.
     **Default**: cpu returns True at once.
     """
@@ -354,7 +399,7 @@ def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
     :return: the file names (relative to ``directory``) this process wrote; the kernel lists them, with
         sizes and checksums, in the checkpoint's manifest.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.save_state``, on every process, before the kernel writes its own files.
     **Default**: cpu writes ``model_<i>.safetensors`` and ``optimizer_<i>.pt`` from the main process.
     """
@@ -363,12 +408,12 @@ def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
 @hookspec(firstresult=True)
 def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list,
                         manifest: dict) -> bool | None:
-    """Restore the models' and optimizers' state from ``directory``; return True.
+    """Restore the models' and optimizers' state from ``directory`` (return nothing; version 1 returned True).
 
     :param manifest: the checkpoint's manifest; check each file with ``acc.checkpoint.verify(directory,
         manifest, name)`` before reading it, and read with ``load_tensors`` / ``load_object``.
 
-    **Kind**: firstresult (selection).
+    **Kind**: selection.
     **Called by**: ``Accelerator.load_state``, on every process.
     **Default**: cpu reads the files its ``acc_save_checkpoint`` wrote (no code is executed on load).
     """
@@ -378,7 +423,7 @@ def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
 def acc_model_state_dict(ctx: "RunContext", model: Any) -> dict | None:
     """The full (unsharded) state dict of the user's model, as CPU tensors, complete on the main process.
 
-    **Kind**: firstresult (selection). Non-main processes may return an empty dict.
+    **Kind**: selection. Non-main processes may return an empty dict.
     **Called by**: ``Accelerator.get_state_dict`` / ``save_model``, on every process (it may be collective).
     **Default**: cpu returns the unwrapped model's ``state_dict()``.
     """

@@ -96,12 +96,21 @@ def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
             f"plugin '{name}' does not declare the hook-spec version it targets; "
             f"add `ACC_HOOKSPEC_VERSION = {hookspecs.HOOKSPEC_VERSION}` to its module"
         )
-    if version != hookspecs.HOOKSPEC_VERSION:
+    if version not in hookspecs.SUPPORTED_VERSIONS:
         raise PluginLoadError(
             f"plugin '{name}' targets hook-spec version {version!r}, but this acc-core "
-            f"({_core_version()}) provides version {hookspecs.HOOKSPEC_VERSION}; "
+            f"({_core_version()}) provides versions {', '.join(map(str, hookspecs.SUPPORTED_VERSIONS))}; "
             "install a release of the plugin built for this acc-core (or an acc-core that matches the plugin)"
         )
+    _check_collectives(plugin, name, version)
+    if version == 1:
+        import warnings
+
+        warnings.warn(
+            f"plugin '{name}' targets hook-spec version 1, deprecated (supported through acc 0.x): set "
+            "ACC_HOOKSPEC_VERSION = 2, import from acc.backend only, answer acc_communicator with a Communicator "
+            "(acc.backend.TorchDistributed() on torch.distributed) instead of the six collective hooks, and drop "
+            "the True/[value] answers; see docs/backends.md", DeprecationWarning, stacklevel=2)
     known = [n for n in dir(hookspecs) if n.startswith("acc_")]
     for attr in dir(plugin):
         if attr.startswith("acc_") and callable(getattr(plugin, attr)) and attr not in known:
@@ -129,9 +138,34 @@ def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
         raise PluginLoadError(f"plugin '{name}' has an invalid hook: {exc}") from exc
 
 
+def _implements(plugin: Any, hook: str) -> bool:
+    return getattr(getattr(plugin, hook, None), hookspecs.PROJECT + "_impl", None) is not None
+
+
+def _check_collectives(plugin: Any, name: str, version: int) -> None:
+    """Version 2 provides collectives as one object; version 1 as six hooks, all or none."""
+    v1 = [h for h in hookspecs.V1_COLLECTIVE_HOOKS if _implements(plugin, h)]
+    if version >= 2 and v1:
+        raise PluginLoadError(
+            f"plugin '{name}' targets hook-spec version {version} but implements {', '.join(v1)}, version 1's "
+            "collective hooks; in version 2 a backend answers acc_communicator with a Communicator object "
+            "(acc.backend.TorchDistributed() on torch.distributed)")
+    if version == 1 and v1 and len(v1) != len(hookspecs.V1_COLLECTIVE_HOOKS):
+        missing = [h for h in hookspecs.V1_COLLECTIVE_HOOKS if h not in v1]
+        raise PluginLoadError(
+            f"plugin '{name}' implements {', '.join(v1)} but not {', '.join(missing)}: a backend provides all six "
+            "collectives or none (on several processes the missing one would silently be the single-process "
+            "default); in version 2 answer acc_communicator instead")
+
+
+def plugin_version(pm: pluggy.PluginManager, name: str) -> int:
+    """The hook-spec version the registered plugin `name` targets."""
+    return int(getattr(pm.get_plugin(name), "ACC_HOOKSPEC_VERSION", hookspecs.HOOKSPEC_VERSION))
+
+
 def check_selection(pm: pluggy.PluginManager) -> None:
     """Raise PluginConflictError when two non-default plugins answer the same selection hook."""
-    for hook_name in hookspecs.SELECTION_HOOKS:
+    for hook_name in hookspecs.SELECTION_HOOKS + hookspecs.V1_COLLECTIVE_HOOKS:
         caller = getattr(pm.hook, hook_name)
         answering = [
             impl.plugin_name
@@ -228,25 +262,48 @@ def detection_manager() -> tuple[pluggy.PluginManager, set[str]]:
     return pm, names
 
 
-def fast_caller(pm: pluggy.PluginManager, name: str) -> Any:
-    """A callable(**kwargs) with pluggy's meaning for a firstresult hook, minus pluggy's generic machinery
-    (about 5 µs a call here) when no wrapper is registered on it: the implementations are called in pluggy's
-    order until one answers. With a wrapper, it is pluggy's own caller. For the per-step hooks; the plugin set
-    of a run does not change once the Accelerator exists."""
+def selection_caller(pm: pluggy.PluginManager, name: str) -> Any:
+    """A callable(**kwargs) for the selection hook `name`: exactly one implementation runs, the chosen backend's
+    if it has one, else the builtin cpu default, and its answer is returned as is (None included). Wrappers of
+    cross-cutting plugins still wrap it (through pluggy); without any, the implementation is called directly,
+    saving pluggy's generic machinery (about 5 µs a call here) on the per-step hooks. The plugin set of a run
+    does not change once it is set up."""
     caller = getattr(pm.hook, name)
     impls = caller.get_hookimpls()
-    if not caller.spec.opts.get("firstresult") or any(i.wrapper or i.hookwrapper for i in impls):
+    answering = [i for i in impls if not (i.wrapper or i.hookwrapper)]
+    chosen = next((i for i in answering if i.plugin_name != BUILTIN_BACKEND), None) or \
+        next((i for i in answering if i.plugin_name == BUILTIN_BACKEND), None)
+    if chosen is None:
+        return lambda **kwargs: None
+    if any(i.wrapper or i.hookwrapper for i in impls):
+        others = [i.plugin for i in answering if i is not chosen]
+        return pm.subset_hook_caller(name, remove_plugins=others)
+    function, argnames = chosen.function, tuple(chosen.argnames)
+    return lambda **kwargs: function(*[kwargs[a] for a in argnames])
+
+
+class BackendHooks:
+    """The hooks of one run: `hooks.acc_wrap(...)` calls a selection hook as `selection_caller` does (one
+    implementation, its answer as is); broadcast hooks are pluggy's callers. Callers are built once each."""
+
+    def __init__(self, pm: pluggy.PluginManager):
+        self._pm = pm
+        self._callers: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("acc_"):
+            raise AttributeError(name)
+        caller = self._callers.get(name)
+        if caller is None:
+            if name in hookspecs.SELECTION_HOOKS or name in hookspecs.V1_COLLECTIVE_HOOKS:
+                caller = selection_caller(self._pm, name)
+            else:
+                caller = getattr(self._pm.hook, name)
+            self._callers[name] = caller
         return caller
-    ordered = [(i.function, tuple(i.argnames)) for i in reversed(impls)]
 
-    def call(**kwargs: Any) -> Any:
-        for function, argnames in ordered:
-            result = function(*[kwargs[a] for a in argnames])
-            if result is not None:
-                return result
-        return None
-
-    return call
+    def call(self, name: str, **kwargs: Any) -> Any:
+        return getattr(self, name)(**kwargs)
 
 
 def collect_settings(pm: pluggy.PluginManager) -> SettingsRegistry:
@@ -282,7 +339,8 @@ def module_available(name: str) -> bool:
 
 
 __all__ = [
-    "BACKEND_GROUP", "PLUGIN_GROUP", "BUILTIN_BACKEND", "PluginInfo", "build_plugin_manager", "check_selection",
+    "BACKEND_GROUP", "PLUGIN_GROUP", "BUILTIN_BACKEND", "BackendHooks", "PluginInfo", "build_plugin_manager",
+    "check_selection", "plugin_version", "selection_caller",
     "collect_settings", "implemented_hooks", "installed_backends", "installed_plugins", "load_backend",
     "load_plugin", "module_available", "new_plugin_manager", "plugin_requires", "register",
 ]

@@ -15,10 +15,12 @@ import pluggy
 from . import lifecycle
 from .assembly import Assembly, assemble_worker
 from .collectives import CollectivesMixin
+from .communicator import COLLECTIVES, HookCommunicator, LocalCommunicator, missing_collectives
 from .context import RunContext
 from .enums import DistributedType, as_distributed_type
 from .errors import AccError
 from .kwargs import InitProcessGroupKwargs
+from .plugins import BackendHooks, plugin_version
 
 _CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
 
@@ -61,14 +63,34 @@ class Runtime(CollectivesMixin):
         if init is not None and init.timeout_seconds() is not None:
             self.ctx.settings = self.ctx.settings.override("timeout", init.timeout_seconds(),
                                                            "code InitProcessGroupKwargs(timeout=...)")
-        info = self._pm.hook.acc_setup(ctx=self.ctx)
+        self.hooks = BackendHooks(self._pm)
+        info = self.hooks.acc_setup(ctx=self.ctx)
         if info is None:
             raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
         self.ctx.process = info
+        self.ctx.communicator = self._communicator()
         self.accelerator: Any = None  # the Accelerator built on this runtime, if any (for GradientState)
         self._ended = False
         lifecycle.install(self.teardown)
         _CURRENT["runtime"] = self
+
+    def _communicator(self) -> Any:
+        """The backend's Communicator (a version-1 backend's six collective hooks, wrapped), checked whole."""
+        backend = self.ctx.backend
+        v1 = self._pm.get_plugin(backend) is not None and plugin_version(self._pm, backend) == 1 and any(
+            impl.plugin_name == backend for impl in self._pm.hook.acc_all_reduce.get_hookimpls())
+        communicator = HookCommunicator(self.hooks.call, self.ctx) if v1 else \
+            self.hooks.acc_communicator(ctx=self.ctx)
+        missing = missing_collectives(communicator)
+        if missing:
+            raise AccError(f"backend '{backend}' answered acc_communicator with {type(communicator).__name__}, which "
+                           f"lacks {', '.join(missing)}: a Communicator provides all of "
+                           f"{', '.join(COLLECTIVES)} (acc.backend.Communicator)")
+        if self.ctx.num_processes > 1 and isinstance(communicator, LocalCommunicator):
+            raise AccError(f"backend '{backend}' runs {self.ctx.num_processes} processes but provides no collectives "
+                           "(its acc_communicator answer, or the default, is the single-process LocalCommunicator): "
+                           "answer acc_communicator with acc.backend.TorchDistributed() or a Communicator of its own")
+        return communicator
 
     # -- facts
     @property
@@ -103,7 +125,7 @@ class Runtime(CollectivesMixin):
         """Release the backend's resources (process groups) once."""
         if not self._ended:
             self._ended = True
-            self._pm.hook.acc_teardown(ctx=self.ctx)
+            self.hooks.acc_teardown(ctx=self.ctx)
 
 
 def current() -> Runtime | None:

@@ -128,7 +128,7 @@ class SavingMixin:
         error: BaseException | None = None
         current = "the backend's model and optimizer files"
         try:
-            written = list(self._pm.hook.acc_save_checkpoint(
+            written = list(self._hooks.acc_save_checkpoint(
                 ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
                 optimizers=[o.optimizer for o in self._optimizers]) or [])
             current = RNG_FILE.format(rank=self.process_index)
@@ -287,7 +287,7 @@ class SavingMixin:
             raise CheckpointError(f"{directory}: holds {saved} model(s), but {len(models)} are to be loaded "
                                   f"({len(self._models)} prepared, {len(self._models) - len(models)} loaded by "
                                   "load-state hooks); prepare the same models as when it was saved")
-        self._pm.hook.acc_load_checkpoint(ctx=self.ctx, directory=directory,
+        self._hooks.acc_load_checkpoint(ctx=self.ctx, directory=directory,
                                           models=[self.unwrap_model(m) for m in models],
                                           optimizers=[o.optimizer for o in self._optimizers], manifest=manifest)
         self._restore_kernel_state(state, directory)
@@ -378,7 +378,7 @@ class SavingMixin:
     def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, torch.Tensor]:
         """The model's full state dict (gathered from shards where needed), complete on the main process."""
         inner = self.unwrap_model(model) if unwrap else model
-        return self._pm.hook.acc_model_state_dict(ctx=self.ctx, model=inner)
+        return self._hooks.acc_model_state_dict(ctx=self.ctx, model=inner)
 
     def save_model(self, model: Any, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
                    safe_serialization: bool = True) -> None:

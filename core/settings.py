@@ -39,10 +39,21 @@ class Setting:
     maximum: float | None = None
     owner: str = CORE_OWNER
     presets: tuple[tuple[str, Any], ...] | None = None  # (semantics, default) pairs: a default per preset
+    scoped: bool = False  # a plugin's own name: registered as "<plugin>.<name>" (see SettingsRegistry.add)
 
     @property
     def env_var(self) -> str:
-        return "ACC_" + self.name.upper()
+        return "ACC_" + self.name.replace(".", "_").upper()
+
+    @property
+    def key(self) -> str:
+        """The name in a config file (within the owner's table for a plugin's setting)."""
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def param(self) -> str:
+        """The setting's name as a Python identifier (click's parameter name)."""
+        return self.name.replace(".", "__")
 
     def describe_valid(self) -> str:
         """What values are valid, in words."""
@@ -123,8 +134,14 @@ class SettingsRegistry:
         """Declare a setting; `owner` (the plugin name) defaults to the setting's own."""
         if owner is not None:
             setting = replace(setting, owner=owner)
-        if not setting.name.isidentifier() or setting.name != setting.name.lower():
-            raise PluginError(f"plugin '{setting.owner}' declares setting {setting.name!r}: names are lower_snake_case")
+        short = setting.name
+        if not short.isidentifier() or short != short.lower() or "__" in short:
+            raise PluginError(f"plugin '{setting.owner}' declares setting {short!r}: names are lower_snake_case")
+        if setting.scoped and "." not in short:
+            if setting.owner == CORE_OWNER:
+                raise PluginError(f"setting '{short}': only a plugin's settings can be scoped")
+            setting = replace(setting, name=f"{setting.owner}.{short}",
+                              flags=setting.flags or (f"--{setting.owner}-{short.replace('_', '-')}",))
         if setting.kind not in (bool, int, float, str, list):
             raise PluginError(f"plugin '{setting.owner}' declares setting '{setting.name}' of kind {setting.kind!r}; "
                               "valid kinds: bool, int, float, str, list")
@@ -196,6 +213,11 @@ class ResolvedSettings(Mapping[str, Any]):
 
     def source(self, name: str) -> str:
         return self.sources.get(name, "default")
+
+    def of(self, owner: str) -> dict[str, Any]:
+        """A plugin's scoped settings by their short names (`settings.of("localsgd")["sync_every"]`)."""
+        prefix = owner + "."
+        return {name[len(prefix):]: value for name, value in self.values.items() if name.startswith(prefix)}
 
     def is_default(self, name: str) -> bool:
         """True when nobody set it: the plain default or the default of the semantics preset."""

@@ -60,7 +60,7 @@ class PartialState:
         """The torch.distributed backend ("gloo", "nccl", ...), or None on one process."""
         if self.num_processes == 1:
             return None
-        return self._run.ctx.backend_state.get("pg_backend")
+        return self._run.ctx.process.process_group_backend
 
     @property
     def use_distributed(self) -> bool:

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from .. import hardware
+from ..capabilities import Capabilities
 from ..context import ProcessInfo, RunContext
 from ..errors import AccError
 from ..hookspecs import HOOKSPEC_VERSION, hookimpl
@@ -61,6 +62,11 @@ def acc_detect(settings: ResolvedSettings) -> Any:
     cuda = hardware.visible_cuda_devices()
     reason = "one CUDA device found" if cuda == 1 else "no accelerator that another installed backend uses"
     return Detection("cpu", 1, 1, reason)
+
+
+@hookimpl(trylast=True)
+def acc_capabilities(settings: ResolvedSettings) -> Capabilities:
+    return Capabilities(sync="none", distributed_type="NO")
 
 
 @hookimpl(trylast=True)
@@ -121,9 +127,8 @@ def acc_no_sync(ctx: RunContext, model: Any) -> contextlib.AbstractContextManage
 
 
 @hookimpl(trylast=True)
-def acc_backward(ctx: RunContext, loss: Any, kwargs: dict) -> bool:
+def acc_backward(ctx: RunContext, loss: Any, kwargs: dict) -> None:
     loss.backward(**kwargs)
-    return True
 
 
 @hookimpl(trylast=True)
@@ -147,33 +152,10 @@ def acc_grad_scaler(ctx: RunContext, kwargs: dict) -> Any:
 
 
 @hookimpl(trylast=True)
-def acc_all_reduce(ctx: RunContext, tensor: Any, op: str) -> Any:
-    return tensor
+def acc_communicator(ctx: RunContext) -> Any:
+    from ..communicator import LocalCommunicator
 
-
-@hookimpl(trylast=True)
-def acc_all_gather(ctx: RunContext, tensor: Any) -> Any:
-    return tensor
-
-
-@hookimpl(trylast=True)
-def acc_gather_object(ctx: RunContext, obj: Any) -> list:
-    return [obj]
-
-
-@hookimpl(trylast=True)
-def acc_broadcast(ctx: RunContext, tensor: Any, src: int) -> Any:
-    return tensor
-
-
-@hookimpl(trylast=True)
-def acc_broadcast_object(ctx: RunContext, obj: Any, src: int) -> list:
-    return [obj]
-
-
-@hookimpl(trylast=True)
-def acc_barrier(ctx: RunContext) -> bool:
-    return True
+    return LocalCommunicator()
 
 
 @hookimpl(trylast=True)
@@ -193,7 +175,7 @@ def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
 
 
 @hookimpl(trylast=True)
-def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
+def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> None:
     from .. import checkpoint as ckpt
 
     for i, model in enumerate(models):
@@ -211,7 +193,6 @@ def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
         except (ValueError, KeyError) as exc:
             raise ckpt.CheckpointError(f"{path}: does not fit optimizer #{i} ({type(optimizer).__name__}): "
                                        f"{exc}") from None
-    return True
 
 
 @hookimpl(trylast=True)

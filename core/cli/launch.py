@@ -83,12 +83,12 @@ def _option_for(setting: Setting) -> click.Option:
     help_text = f"{setting.help} [{valid}{default}; env {setting.env_var}]"
     if setting.kind is bool:
         decls = [f"{flag}/--no-{flag.lstrip('-')}" for flag in setting.flags[:1]] + list(setting.flags[1:])
-        return click.Option([*decls, setting.name], default=None, help=help_text)
+        return click.Option([*decls, setting.param], default=None, help=help_text)
     metavar = {int: "INT", float: "NUM", list: "NAME", str: "TEXT"}[setting.kind]
     if setting.choices:
         metavar = "[" + "|".join(setting.choices) + "]"
     return click.Option(
-        [*setting.flags, setting.name], type=str, default=None, metavar=metavar,
+        [*setting.flags, setting.param], type=str, default=None, metavar=metavar,
         multiple=setting.kind is list, help=help_text,
     )
 
@@ -295,7 +295,7 @@ def resolved_assembly(ctx: click.Context, setting_values: dict[str, Any], config
     source is the spelling the user typed (`flag --num_processes`, `flag --mixed_precision`)."""
     assembly: Assembly = ctx.meta[_META_KEY]
     translation: LaunchTranslation | None = ctx.meta.get(_TRANSLATION_KEY)
-    flags = {name: v for name, v in setting_values.items() if v is not None and v != ()}
+    flags = {name.replace("__", "."): v for name, v in setting_values.items() if v is not None and v != ()}
     for name, raw in flags.items():
         if name in assembly.registry and name != "nproc":
             _converted(assembly.registry[name], raw, _typed(assembly.registry[name], translation))
@@ -346,7 +346,8 @@ def settings_lines(assembly: Assembly) -> list[str]:
 
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
-    """The dry-run report: plan, plugins with versions, and every setting with its source."""
+    """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
+    from ..launch.orchestrate import capabilities as orchestrate_capabilities
     from ..tracking import describe_setting
 
     s = assembly.settings
@@ -367,6 +368,10 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
                       + (f", this is machine {plan.machine_rank}" if plan.num_machines > 1 else "")),
         ("device", plan.device),
         ("precision", s["mixed_precision"]),
+        ("promises", orchestrate_capabilities(assembly).describe()),
+        ("semantics", f"{s['semantics']} ({s.source('semantics')}): scheduler_stepping {s['scheduler_stepping']}, "
+                      f"resume_data_position {str(s['resume_data_position']).lower()}, seedable sampler "
+                      f"{str(s['use_seedable_sampler']).lower()}, last_batch {s['last_batch']}"),
         *((("trackers", describe_setting(s["log_with"])),) if "log_with" in s else ()),
         ("command", target.command()),
     ]

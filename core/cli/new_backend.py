@@ -26,7 +26,7 @@ def render(name: str, target: Path) -> list[Path]:
         relative = source.relative_to(TEMPLATE).with_suffix("")  # drop .tmpl
         path = target / Path(*[part.replace("acc_NAME", f"acc_{name}") for part in relative.parts])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source.read_text().format(name=name, hookspec_version=HOOKSPEC_VERSION))
+        path.write_text(source.read_text().format(name=name, upper=name.upper(), hookspec_version=HOOKSPEC_VERSION))
         written.append(path)
     return written
 

@@ -21,9 +21,21 @@ def _describe(info: PluginInfo) -> dict:
     except AccError as exc:
         row["error"] = str(exc)
         return row
+    from ..hookspecs import HOOKSPEC_VERSION, SUPPORTED_VERSIONS
+
     row["requires"] = {name: module_available(name) for name in plugin_requires(module)}
     row["hooks"] = implemented_hooks(module)
-    row["hookspec_version"] = getattr(module, "ACC_HOOKSPEC_VERSION", None)
+    version = getattr(module, "ACC_HOOKSPEC_VERSION", None)
+    row["hookspec_version"] = version
+    if version is None:
+        row["error"] = f"declares no ACC_HOOKSPEC_VERSION: add `ACC_HOOKSPEC_VERSION = {HOOKSPEC_VERSION}` to {info.module}"
+    elif version not in SUPPORTED_VERSIONS:
+        row["error"] = (f"targets hook-spec version {version!r}; this acc-core provides "
+                        f"{', '.join(map(str, SUPPORTED_VERSIONS))}: install a release of {info.distribution} built "
+                        "for this acc-core")
+    elif version < HOOKSPEC_VERSION:
+        row["warning"] = (f"targets hook-spec version {version}, deprecated (still loaded through acc 0.x): port it to "
+                          f"version {HOOKSPEC_VERSION} (docs/backends.md)")
     return row
 
 
@@ -69,6 +81,9 @@ def plugins(as_json: bool) -> None:
                     continue
                 req = ", ".join(f"{m} ({'importable' if ok else 'NOT installed'})" for m, ok in r["requires"].items())
                 click.echo(f"    requires  {req or '-'}")
+                click.echo(f"    contract  hook-spec version {r['hookspec_version']}")
+                if "warning" in r:
+                    click.echo(f"    WARNING   {r['warning']}")
                 click.echo(f"    hooks     {', '.join(h[4:] for h in r['hooks'])}")
         click.echo(f"trackers (entry-point group {TRACKER_GROUP}; choose with log_with=NAME, --log-with NAME or all):")
         for r in trackers:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Mapping
 
 from ..assembly import LAUNCH_ENV, Assembly
+from ..capabilities import Capabilities
 from ..errors import LaunchError, ValidationError
-from ..plugins import module_available, plugin_requires
+from ..plugins import module_available, plugin_requires, selection_caller
 from .plan import ENGINES, LaunchPlan, Target
 
 # engine -> module whose `execute(plan, target, env) -> int` runs it
@@ -35,10 +36,34 @@ def validate(assembly: Assembly) -> None:
                     f"is not installed; install it with: pip install {info.distribution}  (it depends on it)"
                 )
     problems.extend(_kernel_problems(assembly.settings))
+    problems.extend(_capability_problems(assembly))
     for answer in assembly.pm.hook.acc_validate(settings=assembly.settings):
         problems.extend(answer or [])
     if problems:
         raise ValidationError(problems)
+
+
+def capabilities(assembly: Assembly) -> Capabilities:
+    """The chosen backend's promises (`acc_capabilities`), checked to be a Capabilities."""
+    answer = selection_caller(assembly.pm, "acc_capabilities")(settings=assembly.settings)
+    if answer is None:  # a version-1 backend: it promised nothing, the kernel assumes the common case
+        return Capabilities(sync="every_step", distributed_type="MULTI_CPU")
+    if not isinstance(answer, Capabilities):
+        raise LaunchError(f"backend '{assembly.settings['backend']}' answered acc_capabilities with "
+                          f"{type(answer).__name__}, not an acc.backend.Capabilities")
+    return answer
+
+
+def _capability_problems(assembly: Assembly) -> list[str]:
+    """Settings the backend's promises rule out (one place for every backend)."""
+    s, caps = assembly.settings, capabilities(assembly)
+    mode = s["mixed_precision"]
+    if mode in caps.mixed_precision:
+        return []
+    note = "; ".join(caps.notes)
+    return [f"mixed_precision '{mode}' is not supported by the {s['backend']} backend (it runs "
+            f"{', '.join(caps.mixed_precision)}; {mode} came from {s.source('mixed_precision')})"
+            + (f": {note}" if note else "")]
 
 
 def _kernel_problems(settings: Mapping) -> list[str]:

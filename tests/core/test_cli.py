@@ -52,7 +52,8 @@ def test_plugins_lists_the_builtin_backend_with_hooks_and_requirements():
     assert "torch (importable)" in result.output and "launch_plan" in result.output
     rows = json.loads(invoke("plugins", "--json").output)
     cpu = next(r for r in rows if r["name"] == "cpu")
-    assert cpu["requires"] == {"torch": True} and "acc_setup" in cpu["hooks"] and cpu["hookspec_version"] == 1
+    assert cpu["requires"] == {"torch": True} and "acc_setup" in cpu["hooks"] and cpu["hookspec_version"] == 2
+    assert "acc_communicator" in cpu["hooks"] and "acc_all_reduce" not in cpu["hooks"]
 
 
 def test_dry_run_shows_plan_and_the_source_of_each_setting(script, tmp_path):

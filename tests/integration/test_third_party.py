@@ -39,9 +39,9 @@ def test_a_backend_from_the_template_installs_passes_the_suite_and_runs(outside)
 
 
 @pytest.mark.parametrize("breakage,message", [
-    (("ACC_HOOKSPEC_VERSION = 1", "ACC_HOOKSPEC_VERSION = 99"),
+    (("ACC_HOOKSPEC_VERSION = 2", "ACC_HOOKSPEC_VERSION = 99"),
      "plugin 'broken' targets hook-spec version 99, but this acc-core"),
-    (("def acc_backward(", "def acc_backwards("), "plugin 'broken' defines acc_backwards(), which is not an acc hook"),
+    (("def acc_setup(", "def acc_setups("), "plugin 'broken' defines acc_setups(), which is not an acc hook"),
 ])
 def test_an_installed_plugin_with_a_wrong_contract_is_refused_by_name(outside, breakage, message):
     tmp, python = outside

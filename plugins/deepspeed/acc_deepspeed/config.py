@@ -12,12 +12,13 @@ The `deepspeed_config` setting is a JSON file's path or, when it starts with "{"
 
 from __future__ import annotations
 
+from acc import backend as sdk
+
 import json
 import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from acc.errors import ConfigError
 
 AUTO = "auto"
 IN_CODE = "the DeepSpeed config given in code"
@@ -42,19 +43,19 @@ def read_user_config(path: str | None) -> dict[str, Any]:
         try:
             data = json.loads(path)
         except ValueError as exc:
-            raise ConfigError(f"deepspeed_config ({IN_CODE}): not valid JSON ({exc})") from None
+            raise sdk.ConfigError(f"deepspeed_config ({IN_CODE}): not valid JSON ({exc})") from None
         if not isinstance(data, dict):
-            raise ConfigError(f"deepspeed_config ({IN_CODE}): the top level must be a JSON object")
+            raise sdk.ConfigError(f"deepspeed_config ({IN_CODE}): the top level must be a JSON object")
         return data
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"deepspeed_config {path} does not exist; give the path of a DeepSpeed JSON file")
+        raise sdk.ConfigError(f"deepspeed_config {path} does not exist; give the path of a DeepSpeed JSON file")
     try:
         data = json.loads(file.read_text())
     except ValueError as exc:
-        raise ConfigError(f"deepspeed_config {path}: not valid JSON ({exc})") from None
+        raise sdk.ConfigError(f"deepspeed_config {path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"deepspeed_config {path}: the top level must be a JSON object")
+        raise sdk.ConfigError(f"deepspeed_config {path}: the top level must be a JSON object")
     return data
 
 
@@ -141,10 +142,9 @@ def fill_optimizer_and_scheduler(config: dict[str, Any], optimizer: Any, schedul
     optimizer (warmup_min_lr 0, warmup_max_lr the optimizer's lr, warmup_num_steps, total_num_steps divided by
     the processes unless batches are split, its other keyword arguments). Returns the problems: a placeholder
     without its config section, a real optimizer beside a config one, "auto" values nothing gives."""
-    from acc.utils.deepspeed import DummyOptim
 
     problems: list[str] = []
-    dummy = isinstance(optimizer, DummyOptim)
+    dummy = isinstance(optimizer, sdk.DummyOptim)
     if dummy and "optimizer" not in config:
         problems.append(f"DummyOptim stands for the optimizer a DeepSpeed config defines, but {where} has no "
                         "\"optimizer\" section: add one (e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "

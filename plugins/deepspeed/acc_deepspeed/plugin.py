@@ -10,130 +10,128 @@ import os
 from pathlib import Path
 from typing import Any
 
-import acc
-from acc import hardware
-from acc.distributed_hooks import (  # noqa: F401  (the torch.distributed collectives, as this plugin's hooks)
-    acc_all_gather, acc_all_reduce, acc_barrier, acc_broadcast, acc_broadcast_object, acc_gather_object,
-)
-from acc.launch import elastic_plan
-from acc.settings import Setting
-from acc.utils.deepspeed import DummyOptim, scheduler_for
+from acc import backend as sdk
 
 from . import config as ds_config
 
-ACC_HOOKSPEC_VERSION = 1
+ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch", "deepspeed")
 NAME = "deepspeed"
 SUBDIR = "deepspeed"
 TAG = "state"
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_add_settings(registry: Any) -> None:
-    registry.add(Setting("deepspeed_config", str, None, "a DeepSpeed JSON config file (or the JSON object itself, "
+    registry.add(sdk.Setting("deepspeed_config", str, None, "a DeepSpeed JSON config file (or the JSON object itself, "
                          "starting with '{'); values left \"auto\" come from acc", ("--deepspeed-config",)))
-    registry.add(Setting("zero_stage", int, None, "ZeRO stage (default: the config's, else 2)", ("--zero-stage",),
+    registry.add(sdk.Setting("zero_stage", int, None, "ZeRO stage (default: the config's, else 2)", ("--zero-stage",),
                          minimum=0, maximum=3))
-    registry.add(Setting("offload_optimizer", str, "none", "where ZeRO keeps optimizer states",
+    registry.add(sdk.Setting("offload_optimizer", str, "none", "where ZeRO keeps optimizer states",
                          ("--offload-optimizer",), choices=("none", "cpu")))
-    registry.add(Setting("offload_params", str, "none", "where ZeRO-3 keeps parameters", ("--offload-params",),
+    registry.add(sdk.Setting("offload_params", str, "none", "where ZeRO-3 keeps parameters", ("--offload-params",),
                          choices=("none", "cpu")))
-    registry.add(Setting("gradient_clipping", float, None, "clip gradients to this total norm inside the engine's step",
+    registry.add(sdk.Setting("gradient_clipping", float, None, "clip gradients to this total norm inside the engine's step",
                          ("--gradient-clipping",), minimum=0))
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_config_questions(settings: Any) -> list[str]:
     return ["zero_stage", "offload_optimizer", "offload_params", "gradient_clipping", "deepspeed_config"]
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_validate(settings: Any) -> list[str]:
     if settings["backend"] != NAME:
         return []
     try:
         user = ds_config.read_user_config(settings["deepspeed_config"])
-    except acc.ConfigError as exc:
+    except sdk.ConfigError as exc:
         return [str(exc)]
     _, problems = ds_config.complete(user, settings, world_size=None, micro_batch=None,
                                      where=ds_config.describe(settings["deepspeed_config"]))
-    cuda = hardware.visible_cuda_devices()
-    if cuda and not settings["cpu"] and settings["nproc"] > cuda:
-        problems.append(f"nproc = {settings['nproc']} but only {cuda} CUDA device(s) are visible; use --nproc {cuda}")
-    return problems
+    return problems + sdk.device_problems(settings, NAME)
 
 
-@acc.hookimpl
-def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
-    cuda = hardware.visible_cuda_devices()
+@sdk.hookimpl
+def acc_capabilities(settings: Any) -> sdk.Capabilities:
+    stage = settings["zero_stage"]
+    return sdk.Capabilities(sync="every_step", state="replicated" if stage == 0 else "sharded", reshard=False,
+                            distributed_type=sdk.DistributedType.DEEPSPEED)
+
+
+@sdk.hookimpl
+def acc_communicator(ctx: Any) -> Any:
+    return sdk.TorchDistributed()
+
+
+@sdk.hookimpl
+def acc_launch_plan(settings: Any) -> sdk.LaunchPlan:
+    cuda = sdk.visible_cuda_devices()
     on_cpu = settings["cpu"] or cuda == 0
     device = "cpu (gloo, DeepSpeed's CPU accelerator)" if on_cpu else f"cuda:<local rank> of {cuda} visible (nccl)"
     stage = settings["zero_stage"] if settings["zero_stage"] is not None else "from the config (default 2)"
-    plan = elastic_plan(settings, device=device, notes=[f"ZeRO stage {stage}"])
+    plan = sdk.elastic_plan(settings, device=device, notes=[f"ZeRO stage {stage}"])
     if on_cpu:
         plan.env["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probing
     return plan
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_env_report(settings: Any) -> dict[str, str]:
     import deepspeed
 
     return {"deepspeed": deepspeed.__version__}
 
 
-@acc.hookimpl
-def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
+@sdk.hookimpl
+def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
     import dataclasses
     import logging
 
-    from acc import distributed
-
-    info = distributed.init_process_group(ctx, NAME, "auto", distributed_type="deepspeed")
-    import deepspeed
-
     import warnings
+
+    info = sdk.init_process_group(ctx, NAME, "auto", distributed_type=sdk.DistributedType.DEEPSPEED)
+    import deepspeed
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     # DeepSpeed still calls torch's old collective names; their deprecation warnings are not the user's to act on
     warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*deprecated",
                             category=FutureWarning)
-    deepspeed.init_distributed(dist_backend=ctx.backend_state["pg_backend"], auto_mpi_discovery=False)
+    deepspeed.init_distributed(dist_backend=info.process_group_backend, auto_mpi_discovery=False)
     ctx.backend_state["user_config"] = ds_config.read_user_config(ctx.settings["deepspeed_config"])
     # DeepSpeed does mixed precision (and fp16 loss scaling) itself, from the config acc completes
     return dataclasses.replace(info, native_precision=ctx.settings["mixed_precision"] != "no")
 
 
-@acc.hookimpl
-def acc_teardown(ctx: acc.RunContext) -> None:
-    from acc import distributed
-
-    distributed.destroy_process_group(ctx.settings["timeout"])
+@sdk.hookimpl
+def acc_teardown(ctx: sdk.RunContext) -> None:
+    sdk.destroy_process_group(ctx.settings["timeout"])
 
 
-def _engine(ctx: acc.RunContext, model: Any) -> Any:
+def _engine(ctx: sdk.RunContext, model: Any) -> Any:
     engine = ctx.backend_state.get("engine")
     return engine if engine is not None and (model is engine or model is engine.module) else None
 
 
-@acc.hookimpl
-def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list, list]:
+@sdk.hookimpl
+def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list, list]:
     import deepspeed
 
     trained = [m for m in models if any(p.requires_grad for p in m.parameters())]
     if len(trained) > 1 or (trained and "engine" in ctx.backend_state):
-        raise acc.AccError(
+        raise sdk.AccError(
             "the deepspeed backend trains one model per Accelerator (one DeepSpeed engine); got more than one model "
             "with trainable parameters. Models whose parameters are all frozen (requires_grad=False, e.g. a teacher) "
             "may be prepared alongside and are kept as they are"
         )
     if not trained:
-        if any(isinstance(o, DummyOptim) for o in optimizers):
-            raise acc.AccError("a DummyOptim becomes the DeepSpeed engine's optimizer, which is built with the model: "
+        if any(isinstance(o, sdk.DummyOptim) for o in optimizers):
+            raise sdk.AccError("a DummyOptim becomes the DeepSpeed engine's optimizer, which is built with the model: "
                                "prepare the model and its DummyOptim in the same call")
         return list(models), list(optimizers)
     if len(optimizers) != 1:
-        raise acc.AccError(f"the deepspeed backend builds its engine from the model and its optimizer together: prepare "
+        raise sdk.AccError(f"the deepspeed backend builds its engine from the model and its optimizer together: prepare "
                            f"them in the same call (got {len(optimizers)} optimizers with the model)")
     batch_sizes = [dl.per_process_batch_size for dl in ctx.dataloaders]
     where = ds_config.describe(ctx.settings["deepspeed_config"])
@@ -142,13 +140,13 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
     if "train_micro_batch_size_per_gpu" not in config:
         problems.append("the micro batch size is unknown: prepare the training DataLoader in the same prepare call as "
                         "the model, or set train_micro_batch_size_per_gpu in the DeepSpeed config")
-    optimizer, scheduler = optimizers[0], scheduler_for(optimizers[0])
+    optimizer, scheduler = optimizers[0], sdk.scheduler_for(optimizers[0])
     split = bool(ctx.dataloaders) and ctx.dataloaders[0].settings.split_batches
     problems += ds_config.fill_optimizer_and_scheduler(config, optimizer, scheduler, ctx.num_processes, split, where)
     if problems:
-        raise acc.ConfigError("; ".join(problems))
+        raise sdk.ConfigError("; ".join(problems))
     kwargs: dict[str, Any] = {"model": trained[0], "config": config}
-    if isinstance(optimizer, DummyOptim):  # the engine builds the config's optimizer over these parameters
+    if isinstance(optimizer, sdk.DummyOptim):  # the engine builds the config's optimizer over these parameters
         kwargs["model_parameters"] = list(optimizer.params)
     else:
         kwargs["optimizer"] = optimizer
@@ -167,19 +165,19 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
     return [engine if m is trained[0] else m for m in models], [engine_optimizer]
 
 
-@acc.hookimpl
-def acc_unwrap_model(ctx: acc.RunContext, model: Any) -> Any:
+@sdk.hookimpl
+def acc_unwrap_model(ctx: sdk.RunContext, model: Any) -> Any:
     engine = _engine(ctx, model)
     return engine.module if engine is not None else model
 
 
-@acc.hookimpl
-def acc_no_sync(ctx: acc.RunContext, model: Any) -> Any:
+@sdk.hookimpl
+def acc_no_sync(ctx: sdk.RunContext, model: Any) -> Any:
     return contextlib.nullcontext()  # the engine learns the boundary in acc_backward
 
 
-@acc.hookimpl
-def acc_backward(ctx: acc.RunContext, loss: Any, kwargs: dict) -> bool:
+@sdk.hookimpl
+def acc_backward(ctx: sdk.RunContext, loss: Any, kwargs: dict) -> bool:
     engine = ctx.backend_state.get("engine")
     if engine is None:
         loss.backward(**kwargs)
@@ -189,8 +187,8 @@ def acc_backward(ctx: acc.RunContext, loss: Any, kwargs: dict) -> bool:
     return True
 
 
-@acc.hookimpl
-def acc_optimizer_step(ctx: acc.RunContext, optimizer: Any) -> bool:
+@sdk.hookimpl
+def acc_optimizer_step(ctx: sdk.RunContext, optimizer: Any) -> bool:
     engine = ctx.backend_state.get("engine")
     if engine is None or optimizer is not engine.optimizer:
         optimizer.step()
@@ -199,8 +197,8 @@ def acc_optimizer_step(ctx: acc.RunContext, optimizer: Any) -> bool:
     return bool(engine.was_step_applied())
 
 
-@acc.hookimpl
-def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
+@sdk.hookimpl
+def acc_clip_grad_norm(ctx: sdk.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
     import torch
 
     engine = ctx.backend_state.get("engine")
@@ -210,7 +208,7 @@ def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, n
     configured = float(config.get("gradient_clipping") or 0.0)
     if configured != float(max_norm):
         if configured and ctx.backend_state.get("clipping_from") != "code":
-            raise acc.AccError(
+            raise sdk.AccError(
                 f"under DeepSpeed the engine clips inside its step, with the configured gradient_clipping "
                 f"({configured}); clip_grad_norm_ asked for {max_norm}: make them agree (--gradient-clipping "
                 f"{max_norm}, or gradient_clipping in the DeepSpeed config)"
@@ -238,19 +236,17 @@ def _safe_checkpoint_engine(engine: Any) -> Any:
 
     class SafeTorchCheckpointEngine(TorchCheckpointEngine):
         def load(self, path: str, map_location: Any = None) -> Any:
-            from acc.checkpoint import CheckpointError
 
             manifest = ctx_manifest.get("manifest")
             if manifest is not None:
-                from acc.checkpoint import verify
 
                 relative = os.path.relpath(path, ctx_manifest["directory"])
-                verify(Path(ctx_manifest["directory"]), manifest, relative)
+                sdk.verify(Path(ctx_manifest["directory"]), manifest, relative)
             try:
                 with torch.serialization.safe_globals(allowed):
                     return torch.load(path, map_location=map_location, weights_only=True)
             except Exception as exc:  # noqa: BLE001 - an unreadable or unsafe file is named, never unpickled
-                raise CheckpointError(f"{path}: refused or unreadable: {str(exc).splitlines()[0]}") from None
+                raise sdk.CheckpointError(f"{path}: refused or unreadable: {str(exc).splitlines()[0]}") from None
 
     safe = SafeTorchCheckpointEngine(getattr(engine, "_config", None))
     return safe
@@ -280,9 +276,8 @@ def _files_of(rank: int, root: Path) -> list[str]:
     return out
 
 
-@acc.hookimpl
-def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
-    from acc import checkpoint as ckpt
+@sdk.hookimpl
+def acc_save_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
 
     engine = ctx.backend_state.get("engine")
     if engine is None:
@@ -294,24 +289,23 @@ def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optim
     if others and ctx.process_index == 0:  # frozen models prepared alongside (e.g. a teacher)
         for i, model in enumerate(models):
             if model is not engine.module:
-                ckpt.save_tensors(model.state_dict(), directory / f"model_{i}.safetensors")
+                sdk.save_tensors(model.state_dict(), directory / f"model_{i}.safetensors")
                 written.append(f"model_{i}.safetensors")
     return written
 
 
-@acc.hookimpl
-def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
-    from acc import checkpoint as ckpt
+@sdk.hookimpl
+def acc_load_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
 
     engine = ctx.backend_state.get("engine")
     if engine is None:
         return None
     saved = manifest.get("run", {}).get("processes", {}).get("num_processes")
     if saved is not None and saved != ctx.num_processes:
-        raise ckpt.CheckpointError(f"{directory}: a DeepSpeed ZeRO checkpoint loads on the number of processes that "
+        raise sdk.CheckpointError(f"{directory}: a DeepSpeed ZeRO checkpoint loads on the number of processes that "
                                    f"saved it ({saved}); this run has {ctx.num_processes}")
     if not any(name.startswith(SUBDIR + "/") for name in manifest.get("files", {})):
-        raise ckpt.CheckpointError(f"{directory}: holds no DeepSpeed engine state; was it saved by another backend "
+        raise sdk.CheckpointError(f"{directory}: holds no DeepSpeed engine state; was it saved by another backend "
                                    f"({manifest.get('run', {}).get('backend')})?")
     ctx_manifest.update(manifest=manifest, directory=str(directory))
     try:
@@ -322,16 +316,16 @@ def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optim
     finally:
         ctx_manifest.clear()
     if path is None:
-        raise ckpt.CheckpointError(f"{directory / SUBDIR}: DeepSpeed found no checkpoint to load")
+        raise sdk.CheckpointError(f"{directory / SUBDIR}: DeepSpeed found no checkpoint to load")
     for i, model in enumerate(models):
         if model is not engine.module:
-            model.load_state_dict(ckpt.load_tensors(ckpt.verify(directory, manifest, f"model_{i}.safetensors"),
+            model.load_state_dict(sdk.load_tensors(sdk.verify(directory, manifest, f"model_{i}.safetensors"),
                                                     device=ctx.device), strict=True)
     return True
 
 
-@acc.hookimpl
-def acc_model_state_dict(ctx: acc.RunContext, model: Any) -> dict:
+@sdk.hookimpl
+def acc_model_state_dict(ctx: sdk.RunContext, model: Any) -> dict:
     engine = ctx.backend_state.get("engine")
     if engine is None or model is not engine.module:
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}

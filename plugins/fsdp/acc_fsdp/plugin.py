@@ -8,15 +8,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-import acc
-from acc import hardware
-from acc.distributed_hooks import (  # noqa: F401  (the torch.distributed collectives, as this plugin's hooks)
-    acc_all_gather, acc_all_reduce, acc_barrier, acc_broadcast, acc_broadcast_object, acc_gather_object,
-)
-from acc.launch import elastic_plan
-from acc.settings import Setting
+from acc import backend as sdk
 
-ACC_HOOKSPEC_VERSION = 1
+ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch",)
 NAME = "fsdp"
 STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard")
@@ -24,23 +18,23 @@ PIECES = "fsdp_rank{rank}.safetensors"
 GROUPS = "fsdp_optimizer_{index}_groups.pt"
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_add_settings(registry: Any) -> None:
-    registry.add(Setting(
+    registry.add(sdk.Setting(
         "fsdp_wrap", str, None,
         "what to shard besides the root: transformer_layer=ClassA[,ClassB] (by class name) or min_params=N",
         ("--fsdp-wrap",),
     ))
-    registry.add(Setting(
+    registry.add(sdk.Setting(
         "fsdp_strategy", str, "full_shard",
         "full_shard; shard_grad_op (keep parameters gathered between forward and backward); hybrid_shard "
         "(shard within a machine, replicate across machines)", ("--fsdp-strategy",), choices=STRATEGIES,
     ))
-    registry.add(Setting("fsdp_cpu_offload", bool, False, "keep sharded parameters on the CPU between uses",
+    registry.add(sdk.Setting("fsdp_cpu_offload", bool, False, "keep sharded parameters on the CPU between uses",
                          ("--fsdp-cpu-offload",)))
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_config_questions(settings: Any) -> list[str]:
     return ["fsdp_wrap", "fsdp_strategy", "fsdp_cpu_offload"]
 
@@ -57,7 +51,7 @@ def parse_wrap(value: str | None) -> tuple[str, Any]:
     raise ValueError(f"fsdp_wrap {value!r}: expected transformer_layer=ClassName[,ClassName] or min_params=N")
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_validate(settings: Any) -> list[str]:
     if settings["backend"] != NAME:
         return []
@@ -66,49 +60,49 @@ def acc_validate(settings: Any) -> list[str]:
         parse_wrap(settings["fsdp_wrap"])
     except ValueError as exc:
         problems.append(f"{exc} (from {settings.source('fsdp_wrap')})")
-    if settings["mixed_precision"] == "fp16":
-        problems.append(
-            f"mixed_precision 'fp16' (from {settings.source('mixed_precision')}) is not supported by the fsdp backend "
-            "(it would need a sharded gradient scaler); use 'bf16', which needs no scaling, or 'no'"
-        )
     if settings["fsdp_strategy"] == "hybrid_shard" and settings["num_machines"] == 1:
         problems.append("fsdp_strategy 'hybrid_shard' replicates across machines and shards within one, but "
                         "num_machines is 1; use full_shard on one machine")
-    cuda = hardware.visible_cuda_devices()
-    if cuda and not settings["cpu"] and settings["nproc"] > cuda:
-        problems.append(f"nproc = {settings['nproc']} but only {cuda} CUDA device(s) are visible; fsdp runs one "
-                        f"process per device: use --nproc {cuda}")
-    return problems
+    return problems + sdk.device_problems(settings, NAME)
 
 
-@acc.hookimpl
-def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
-    cuda = hardware.visible_cuda_devices()
+@sdk.hookimpl
+def acc_capabilities(settings: Any) -> sdk.Capabilities:
+    # no fp16: it would need a sharded gradient scaler; bf16 needs no scaling
+    return sdk.Capabilities(sync="every_step", state="sharded", reshard=True,
+                            distributed_type=sdk.DistributedType.FSDP, mixed_precision=("no", "bf16"),
+                            notes=("fp16 would need a sharded gradient scaler: use bf16",))
+
+
+@sdk.hookimpl
+def acc_communicator(ctx: Any) -> Any:
+    return sdk.TorchDistributed()
+
+
+@sdk.hookimpl
+def acc_launch_plan(settings: Any) -> sdk.LaunchPlan:
+    cuda = sdk.visible_cuda_devices()
     device = "cpu (gloo)" if settings["cpu"] or cuda == 0 else f"cuda:<local rank> of {cuda} visible (nccl)"
     notes = [f"sharding: {settings['fsdp_strategy']}, wrap: {settings['fsdp_wrap'] or 'root only'}"
              + (", parameters offloaded to CPU" if settings["fsdp_cpu_offload"] else "")]
-    return elastic_plan(settings, device=device, notes=notes)
+    return sdk.elastic_plan(settings, device=device, notes=notes)
 
 
-@acc.hookimpl
-def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
+@sdk.hookimpl
+def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
     import dataclasses
 
-    from acc import distributed
-
-    info = distributed.init_process_group(ctx, NAME, "auto", distributed_type="fsdp")
+    info = sdk.init_process_group(ctx, NAME, "auto", distributed_type=sdk.DistributedType.FSDP)
     # bf16 is applied by FSDP's mixed-precision policy (parameters cast per shard, reductions in fp32)
     return dataclasses.replace(info, native_precision=ctx.settings["mixed_precision"] == "bf16")
 
 
-@acc.hookimpl
-def acc_teardown(ctx: acc.RunContext) -> None:
-    from acc import distributed
-
-    distributed.destroy_process_group(ctx.settings["timeout"])
+@sdk.hookimpl
+def acc_teardown(ctx: sdk.RunContext) -> None:
+    sdk.destroy_process_group(ctx.settings["timeout"])
 
 
-def _mesh(ctx: acc.RunContext) -> Any:
+def _mesh(ctx: sdk.RunContext) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = ctx.backend_state.get("mesh")
@@ -123,7 +117,7 @@ def _mesh(ctx: acc.RunContext) -> Any:
     return mesh
 
 
-def _shard(ctx: acc.RunContext, model: Any) -> None:
+def _shard(ctx: sdk.RunContext, model: Any) -> None:
     """Apply fully_shard to the submodules the wrap policy names (bottom-up), then to the root."""
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -143,7 +137,7 @@ def _shard(ctx: acc.RunContext, model: Any) -> None:
         found = {type(m).__name__ for m in model.modules()}
         unknown = [c for c in arg if c not in found]
         if unknown:
-            raise acc.AccError(f"fsdp_wrap names class(es) {', '.join(unknown)}, which the model does not contain; "
+            raise sdk.AccError(f"fsdp_wrap names class(es) {', '.join(unknown)}, which the model does not contain; "
                                f"its module classes are: {', '.join(sorted(found))}")
         targets = [m for m in model.modules() if type(m).__name__ in arg and m is not model]
     elif kind == "min_params":
@@ -161,8 +155,8 @@ def _shard(ctx: acc.RunContext, model: Any) -> None:
     fully_shard(model, **root_kwargs)
 
 
-@acc.hookimpl
-def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list, list]:
+@sdk.hookimpl
+def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list, list]:
     from torch.distributed.fsdp import FSDPModule
 
     known = ctx.backend_state.setdefault("optimizers", [])
@@ -173,7 +167,7 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
         before = {id(p): name for name, p in model.named_parameters()}
         for opt in known:  # the optimizer must be built on the sharded parameters: rebind it, before any step
             if any(id(p) in before for g in opt.param_groups for p in g["params"]) and opt.state:
-                raise acc.AccError(
+                raise sdk.AccError(
                     f"an optimizer ({type(opt).__name__}) already has state for this model's parameters; fsdp "
                     "replaces the parameters when it shards, so prepare the model and optimizer before the first "
                     "optimizer step (e.g. model, optimizer = accelerator.prepare(model, optimizer))"
@@ -187,8 +181,8 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
     return list(models), list(optimizers)
 
 
-@acc.hookimpl
-def acc_no_sync(ctx: acc.RunContext, model: Any) -> Any:
+@sdk.hookimpl
+def acc_no_sync(ctx: sdk.RunContext, model: Any) -> Any:
     return _without_gradient_sync(model)
 
 
@@ -205,8 +199,8 @@ def _without_gradient_sync(model: Any) -> Iterator[None]:
         setter(True)
 
 
-@acc.hookimpl
-def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
+@sdk.hookimpl
+def acc_clip_grad_norm(ctx: sdk.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
     import torch
     from torch.distributed.tensor import DTensor
 
@@ -221,10 +215,8 @@ def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, n
 # ------------------------------------------------------------------------------ checkpoints: pieces per rank
 
 
-@acc.hookimpl
-def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
-    from acc import checkpoint as ckpt
-    from acc.sharded import save_pieces
+@sdk.hookimpl
+def acc_save_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
 
     tensors = {}
     for i, model in enumerate(models):
@@ -238,10 +230,10 @@ def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optim
             extras = {"param_groups": state["param_groups"],
                       "scalars": {str(index): {k: v for k, v in entries.items() if not hasattr(v, "shape")}
                                   for index, entries in state["state"].items()}}
-            ckpt.save_object(extras, directory / GROUPS.format(index=i))
+            sdk.save_object(extras, directory / GROUPS.format(index=i))
             written.append(GROUPS.format(index=i))
     name = PIECES.format(rank=ctx.process_index)
-    save_pieces(tensors, directory / name)
+    sdk.save_pieces(tensors, directory / name)
     return [name, *written]
 
 
@@ -255,27 +247,25 @@ def _local(full: Any, like: Any) -> Any:
     return full.to(like.device) if hasattr(like, "device") else full
 
 
-@acc.hookimpl
-def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
+@sdk.hookimpl
+def acc_load_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
     import re
 
-    from acc import checkpoint as ckpt
-    from acc.sharded import ShardedReader
 
     names = sorted(n for n in manifest.get("files", {}) if re.fullmatch(r"fsdp_rank\d+\.safetensors", n))
     if not names:
-        raise ckpt.CheckpointError(f"{directory}: holds no fsdp piece files (fsdp_rank<N>.safetensors); was it saved "
+        raise sdk.CheckpointError(f"{directory}: holds no fsdp piece files (fsdp_rank<N>.safetensors); was it saved "
                                    f"by another backend ({manifest.get('run', {}).get('backend')})?")
-    reader = ShardedReader([ckpt.verify(directory, manifest, n) for n in names])
+    reader = sdk.ShardedReader([sdk.verify(directory, manifest, n) for n in names])
     for i, model in enumerate(models):
         current = model.state_dict()
         missing = [k for k in current if f"model.{i}.{k}" not in reader.index]
         if missing:
-            raise ckpt.CheckpointError(f"{directory}: model #{i} has {len(missing)} tensor(s) the checkpoint lacks, "
+            raise sdk.CheckpointError(f"{directory}: model #{i} has {len(missing)} tensor(s) the checkpoint lacks, "
                                        f"e.g. {', '.join(missing[:3])}")
         model.load_state_dict({k: _local(reader.full(f"model.{i}.{k}"), v) for k, v in current.items()}, strict=True)
     for i, opt in enumerate(optimizers):
-        extras = ckpt.load_object(ckpt.verify(directory, manifest, GROUPS.format(index=i)))
+        extras = sdk.load_object(sdk.verify(directory, manifest, GROUPS.format(index=i)))
         params = [p for g in opt.param_groups for p in g["params"]]
         state: dict[int, dict] = {}
         for index_text, scalars in extras["scalars"].items():
@@ -292,8 +282,8 @@ def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optim
     return True
 
 
-@acc.hookimpl
-def acc_model_state_dict(ctx: acc.RunContext, model: Any) -> dict:
+@sdk.hookimpl
+def acc_model_state_dict(ctx: sdk.RunContext, model: Any) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     # gathered shard by shard to the main process (on CPU); the other processes get an empty dict

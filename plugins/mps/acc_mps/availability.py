@@ -7,12 +7,13 @@ platform facts alone, `mps_status()` (the worker's) also asks torch.
 
 from __future__ import annotations
 
+from acc import backend as sdk
+
 import importlib.metadata
 import platform
 import re
 from dataclasses import dataclass, field
 
-from acc import hardware
 
 FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
 BF16_MIN_MACOS = (14, 0)  # bfloat16 arrived in Metal with macOS 14 (Sonoma)
@@ -61,7 +62,7 @@ def _platform_reason(system: str, machine: str, macos: tuple[int, ...] | None, n
                      torch_version: str) -> str:
     if system != "Darwin":
         return f"this machine runs {system} ({machine}); MPS exists only on macOS on Apple Silicon (arm64)"
-    if not hardware.is_apple_silicon():
+    if not sdk.is_apple_silicon():
         return (f"this Mac reports machine type {machine}: an Intel Mac, or an x86_64 Python running under "
                 "Rosetta 2; MPS needs Apple Silicon and a native arm64 Python")
     # a version below 11 ("10.16") is what Pythons built with an old SDK report: let torch decide then
@@ -108,12 +109,10 @@ def mps_status(with_torch: bool = True) -> MpsStatus:
     }
     reason = _platform_reason(system, machine, macos, need, torch_version)
     if not with_torch:
-        from acc import hardware
-
-        if hardware.overridden():  # planning for another machine (ACC_HARDWARE): its answer stands
-            planned = hardware.is_apple_silicon()
-            facts["platform"] += f" (planning with {hardware.OVERRIDE_ENV})"
-            return MpsStatus(planned, "" if planned else f"{hardware.OVERRIDE_ENV} says there is no Apple GPU",
+        if sdk.overridden():  # planning for another machine (ACC_HARDWARE): its answer stands
+            planned = sdk.is_apple_silicon()
+            facts["platform"] += f" (planning with {sdk.OVERRIDE_ENV})"
+            return MpsStatus(planned, "" if planned else f"{sdk.OVERRIDE_ENV} says there is no Apple GPU",
                              macos or need, facts)
         return MpsStatus(not reason, reason, macos, facts)
     torch_reason, torch_facts = _torch_reason(platform_ok=not reason)

@@ -12,13 +12,12 @@ import os
 import warnings
 from typing import Any
 
-import acc
-from acc.settings import Setting
+from acc import backend as sdk
 
 from . import availability, precision
 from .availability import FALLBACK_ENV
 
-ACC_HOOKSPEC_VERSION = 1
+ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch",)
 NAME = "mps"
 
@@ -26,16 +25,21 @@ NAME = "mps"
 # --------------------------------------------------------------------------- launcher side (torch-free)
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_add_settings(registry: Any) -> None:
-    registry.add(Setting(
+    registry.add(sdk.Setting(
         "mps_fallback", bool, False,
         f"run operators MPS lacks on the CPU, with a warning from torch (sets {FALLBACK_ENV}=1 for the worker)",
         ("--mps-fallback",),
     ))
 
 
-@acc.hookimpl
+@sdk.hookimpl
+def acc_capabilities(settings: Any) -> sdk.Capabilities:
+    return sdk.Capabilities(sync="none", distributed_type=sdk.DistributedType.NO)
+
+
+@sdk.hookimpl
 def acc_validate(settings: Any) -> list[str]:
     if settings["backend"] != NAME:
         return []
@@ -67,12 +71,11 @@ def acc_validate(settings: Any) -> list[str]:
     return problems
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_detect(settings: Any) -> Any:
-    from acc.detection import Detection
 
     status = availability.mps_status(with_torch=False)
-    return Detection(NAME, 40, 1, "an Apple Silicon GPU (MPS) found") if status.available else None
+    return sdk.Detection(NAME, 40, 1, "an Apple Silicon GPU (MPS) found") if status.available else None
 
 
 def fallback_env(settings: Any) -> dict[str, str]:
@@ -84,17 +87,17 @@ def fallback_env(settings: Any) -> dict[str, str]:
     return {}
 
 
-@acc.hookimpl
-def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
+@sdk.hookimpl
+def acc_launch_plan(settings: Any) -> sdk.LaunchPlan:
     env = fallback_env(settings)
     notes = []
     if env.get(FALLBACK_ENV) == "1":
         notes.append(f"{FALLBACK_ENV}=1: operators MPS lacks run on the CPU (torch warns when it falls back)")
     device = "cpu (--cpu: the MPS device is not used)" if settings["cpu"] else "mps (the Apple Silicon GPU)"
-    return acc.LaunchPlan(engine="process", device=device, env=env, notes=notes)
+    return sdk.LaunchPlan(engine="process", device=device, env=env, notes=notes)
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_env_report(settings: Any) -> dict[str, str]:
     status = availability.mps_status()
     report = {"MPS available": "yes" if status.available else f"no: {status.reason}", **status.facts}
@@ -121,22 +124,22 @@ def _warn_if_fallback_unset(settings: Any) -> None:
         )
 
 
-@acc.hookimpl
-def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
+@sdk.hookimpl
+def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
     import torch
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
-        raise acc.AccError(
+        raise sdk.AccError(
             f"this process is one of {world} started by a distributed launcher (WORLD_SIZE={world}), but backend "
             "'mps' runs one process on the Mac's one GPU; run it alone: acc launch --backend mps script.py"
         )
     if ctx.settings["cpu"]:
-        return acc.ProcessInfo(device=torch.device("cpu"))
+        return sdk.ProcessInfo(device=torch.device("cpu"))
     status = availability.mps_status()
     if not status.available:
         f = status.facts
-        raise acc.AccError(
+        raise sdk.AccError(
             f"backend 'mps' cannot run: the MPS device is not available: {status.reason} [torch "
             f"{f.get('torch')}: torch.backends.mps.is_built() = {f.get('mps.is_built()')}, is_available() = "
             f"{f.get('mps.is_available()')}; {f.get('platform')}, macOS {f.get('macOS')}]; {availability.use_instead()}"
@@ -144,4 +147,4 @@ def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
     _warn_if_fallback_unset(ctx.settings)
     device = torch.device("mps")
     precision.check(ctx.settings["mixed_precision"], device, status)
-    return acc.ProcessInfo(device=device)
+    return sdk.ProcessInfo(device=device)

@@ -7,10 +7,11 @@ runs one matmul under autocast on the device and compares the dtype that came ou
 
 from __future__ import annotations
 
+from acc import backend as sdk
+
 import warnings
 from typing import Any
 
-from acc.errors import AccError
 
 from .availability import BF16_MIN_MACOS, MpsStatus, dotted, lacks_bf16
 
@@ -30,28 +31,28 @@ def probe(device: Any, dtype: Any) -> tuple[Any, list[str]]:
 
 
 def check(mode: str, device: Any, status: MpsStatus) -> None:
-    """Raise AccError when mixed precision `mode` cannot run on the MPS `device`, saying why and what to use."""
+    """Raise sdk.AccError when mixed precision `mode` cannot run on the MPS `device`, saying why and what to use."""
     if mode == "no":
         return
     import torch
 
     where = f"torch {torch.__version__} on macOS {status.facts.get('macOS', '?')}"
     if mode == "bf16" and lacks_bf16(status.macos):
-        raise AccError(f"mixed_precision 'bf16' on MPS needs macOS {dotted(BF16_MIN_MACOS)} or newer (bfloat16 "
+        raise sdk.AccError(f"mixed_precision 'bf16' on MPS needs macOS {dotted(BF16_MIN_MACOS)} or newer (bfloat16 "
                        f"came to Metal with macOS 14), but this Mac runs macOS {dotted(status.macos)}; use "
                        "mixed_precision 'fp16' or 'no', or update macOS")
     if not torch.amp.is_autocast_available(device.type):
-        raise AccError(f"mixed_precision '{mode}' needs autocast on MPS, which {where} does not provide; "
+        raise sdk.AccError(f"mixed_precision '{mode}' needs autocast on MPS, which {where} does not provide; "
                        f"upgrade torch, or use mixed_precision 'no'")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[mode]
     try:
         got, warned = probe(device, dtype)
     except Exception as exc:  # noqa: BLE001 - any failure means the mode is unusable here
-        raise AccError(f"mixed_precision '{mode}' does not work on MPS with {where}: {type(exc).__name__}: "
+        raise sdk.AccError(f"mixed_precision '{mode}' does not work on MPS with {where}: {type(exc).__name__}: "
                        f"{str(exc).splitlines()[0] if str(exc) else ''}; use mixed_precision "
                        f"{ALTERNATIVE[mode]}") from None
     if got != dtype:
         said = f" (torch warned: {warned[0]})" if warned else ""
-        raise AccError(f"mixed_precision '{mode}' would not take effect on MPS with {where}: a matmul under "
+        raise sdk.AccError(f"mixed_precision '{mode}' would not take effect on MPS with {where}: a matmul under "
                        f"torch.autocast('mps', dtype={dtype}) computed in {got}{said}; use mixed_precision "
                        f"{ALTERNATIVE[mode]}")

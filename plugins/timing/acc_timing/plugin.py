@@ -9,26 +9,26 @@ from __future__ import annotations
 import time
 from typing import Any, Generator
 
-import acc
+from acc import backend as sdk
 
-ACC_HOOKSPEC_VERSION = 1
+ACC_HOOKSPEC_VERSION = 2
 NAME = "timing"
 
 
-def _timings(ctx: acc.RunContext) -> dict[str, list[float]]:
+def _timings(ctx: sdk.RunContext) -> dict[str, list[float]]:
     return ctx.plugin_state.setdefault(NAME, {"backward": [], "optimizer step": []})
 
 
-@acc.hookimpl(wrapper=True)
-def acc_backward(ctx: acc.RunContext, loss: Any, kwargs: dict) -> Generator[None, Any, Any]:
+@sdk.hookimpl(wrapper=True)
+def acc_backward(ctx: sdk.RunContext, loss: Any, kwargs: dict) -> Generator[None, Any, Any]:
     start = time.perf_counter()
     result = yield
     _timings(ctx)["backward"].append(time.perf_counter() - start)
     return result
 
 
-@acc.hookimpl(wrapper=True)
-def acc_optimizer_step(ctx: acc.RunContext, optimizer: Any) -> Generator[None, Any, Any]:
+@sdk.hookimpl(wrapper=True)
+def acc_optimizer_step(ctx: sdk.RunContext, optimizer: Any) -> Generator[None, Any, Any]:
     start = time.perf_counter()
     result = yield
     _timings(ctx)["optimizer step"].append(time.perf_counter() - start)
@@ -45,7 +45,7 @@ def summary(timings: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-@acc.hookimpl
-def acc_teardown(ctx: acc.RunContext) -> None:
+@sdk.hookimpl
+def acc_teardown(ctx: sdk.RunContext) -> None:
     if ctx.process_index == 0 and NAME in ctx.plugin_state:
         print(summary(ctx.plugin_state[NAME]), flush=True)

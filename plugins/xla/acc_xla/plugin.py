@@ -17,19 +17,16 @@ import pickle
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import acc
-from acc import hardware
-from acc.errors import AccError
-from acc.plugins import module_available
+from acc import backend as sdk
 
 from .loader import XlaDataLoader, _DeviceFeed
 
-ACC_HOOKSPEC_VERSION = 1
+ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch_xla",)
 NAME = "xla"
 INSTALL_HINT = "pip install acc-xla (pulls torch-xla 2.9 and the torch 2.9 it is built for; TPU VM: acc-xla[tpu])"
 
-PCI_DEVICES = hardware.PCI_DEVICES
+PCI_DEVICES = sdk.PCI_DEVICES
 FP16_PROBLEM = ("mixed_precision 'fp16' is not supported by the xla backend: XLA devices (TPU) compute in "
                 "bfloat16, which needs no loss scaling; use --mixed-precision bf16 (or 'no')")
 
@@ -39,12 +36,12 @@ FP16_PROBLEM = ("mixed_precision 'fp16' is not supported by the xla backend: XLA
 
 def tpu_chips(root: Path | None = None) -> int:
     """How many TPU chips are attached to this host (the kernel's torch-free PCI reading)."""
-    return hardware.tpu_devices(pci_root=root)
+    return sdk.tpu_devices(pci_root=root)
 
 
 def libtpu_available(environ: Mapping[str, str]) -> bool:
     """Whether torch_xla would find libtpu (TPU_LIBRARY_PATH, the libtpu package, or a bundled copy)."""
-    if environ.get("TPU_LIBRARY_PATH") or module_available("libtpu"):
+    if environ.get("TPU_LIBRARY_PATH") or sdk.module_available("libtpu"):
         return True
     import importlib.util
 
@@ -78,7 +75,7 @@ def local_devices(kind: str, environ: Mapping[str, str] | None = None, chips: in
     if kind == "TPU":
         return tpu_chips() if chips is None else chips
     if kind in ("CUDA", "GPU"):
-        return hardware.visible_cuda_devices(environ)
+        return sdk.visible_cuda_devices(environ)
     return None
 
 
@@ -91,13 +88,13 @@ def _distribution_version(name: str) -> str | None:
         return None
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_validate(settings: Any) -> list[str]:
     if settings["backend"] != NAME:
         return []
     problems = []
     torch_version = _distribution_version("torch")
-    if not module_available("torch_xla") and torch_version and not torch_version.startswith("2.9"):
+    if not sdk.module_available("torch_xla") and torch_version and not torch_version.startswith("2.9"):
         # the kernel already says torch_xla is missing; installing it here would also replace torch
         problems.append(
             f"torch-xla 2.9 needs torch 2.9, but this environment has torch {torch_version}, which "
@@ -105,8 +102,6 @@ def acc_validate(settings: Any) -> list[str]:
             "python -m venv .venv-xla && .venv-xla/bin/pip install acc-xla"
         )
     kind, why = pjrt_device(settings)
-    if settings["mixed_precision"] == "fp16":
-        problems.append(f"{FP16_PROBLEM} (fp16 came from {settings.source('mixed_precision')})")
     if settings["num_machines"] > 1:
         problems.append(
             f"num_machines = {settings['num_machines']} (from {settings.source('num_machines')}): the xla backend "
@@ -143,16 +138,15 @@ def acc_validate(settings: Any) -> list[str]:
     return problems
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_detect(settings: Any) -> Any:
-    from acc.detection import Detection
 
     chips = tpu_chips()
-    return Detection(NAME, 60, chips, f"{chips} TPU chips found") if chips else None
+    return sdk.Detection(NAME, 60, chips, f"{chips} TPU chips found") if chips else None
 
 
-@acc.hookimpl
-def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
+@sdk.hookimpl
+def acc_launch_plan(settings: Any) -> sdk.LaunchPlan:
     kind, why = pjrt_device(settings)
     local = local_devices(kind) or 1
     nproc = 1 if (not settings.is_default("nproc") and settings["nproc"] == 1) else local
@@ -163,15 +157,15 @@ def acc_launch_plan(settings: Any) -> acc.LaunchPlan:
     notes = ["PJRT (xmp.spawn) starts the processes; every process prints to this console"]
     if kind == "CPU":
         notes.append("the XLA CPU device is for testing; multi-replica training needs TPU devices")
-    return acc.LaunchPlan(engine="pjrt", nproc_per_machine=nproc, device=device, env={"PJRT_DEVICE": kind},
+    return sdk.LaunchPlan(engine="pjrt", nproc_per_machine=nproc, device=device, env={"PJRT_DEVICE": kind},
                           notes=notes)
 
 
-@acc.hookimpl
+@sdk.hookimpl
 def acc_env_report(settings: Any) -> dict[str, str]:
     kind, why = pjrt_device(settings)
     report = {"PJRT device (planned)": f"{kind} ({why})", "TPU chips (PCI)": str(tpu_chips())}
-    if not module_available("torch_xla"):
+    if not sdk.module_available("torch_xla"):
         report["torch_xla"] = f"not installed; {INSTALL_HINT}"
         return report
     os.environ.setdefault("PJRT_DEVICE", kind)  # acc env is its own process: pick what a launch would
@@ -187,14 +181,14 @@ def acc_env_report(settings: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- worker side: setup
 
 
-def _world(ctx: acc.RunContext) -> int:
+def _world(ctx: sdk.RunContext) -> int:
     return ctx.num_processes
 
 
-@acc.hookimpl
-def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
+@sdk.hookimpl
+def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
     if ctx.settings["mixed_precision"] == "fp16":
-        raise AccError(FP16_PROBLEM)
+        raise sdk.AccError(FP16_PROBLEM)
     if ctx.settings["cpu"]:
         os.environ.setdefault("PJRT_DEVICE", "CPU")
     import torch
@@ -214,12 +208,12 @@ def acc_setup(ctx: acc.RunContext) -> acc.ProcessInfo:
         index, local, local_count = xr.global_ordinal(), xr.local_ordinal(), xr.local_device_count()
     else:
         index, local, local_count = 0, 0, 1
-    return acc.ProcessInfo(device=device, num_processes=world, process_index=index, local_process_index=local,
+    return sdk.ProcessInfo(device=device, num_processes=world, process_index=index, local_process_index=local,
                            local_num_processes=local_count, distributed_type=f"xla_{kind.lower()}")
 
 
-@acc.hookimpl
-def acc_teardown(ctx: acc.RunContext) -> None:
+@sdk.hookimpl
+def acc_teardown(ctx: sdk.RunContext) -> None:
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -235,14 +229,14 @@ def acc_teardown(ctx: acc.RunContext) -> None:
 # --------------------------------------------------------------------------- worker side: wrap
 
 
-@acc.hookimpl
-def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list, list]:
+@sdk.hookimpl
+def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list, list]:
     import torch_xla.core.xla_model as xm
 
     for i, optimizer in enumerate(optimizers):
         stray = {str(p.device) for g in optimizer.param_groups for p in g["params"] if p.device.type != "xla"}
         if stray:
-            raise AccError(
+            raise sdk.AccError(
                 f"optimizer #{i} ({type(optimizer).__name__}) holds parameters on {', '.join(sorted(stray))}, not "
                 "on the XLA device, so its steps would not reach the model; build the optimizer from the "
                 "model's parameters and prepare both (accelerator.prepare(model, optimizer)) without moving "
@@ -255,8 +249,8 @@ def acc_wrap(ctx: acc.RunContext, models: list, optimizers: list) -> tuple[list,
     return list(models), list(optimizers)
 
 
-@acc.hookimpl
-def acc_wrap_dataloader(ctx: acc.RunContext, loader: Any) -> Any:
+@sdk.hookimpl
+def acc_wrap_dataloader(ctx: sdk.RunContext, loader: Any) -> Any:
     if loader.device is not None:  # device placement wanted: batches go up through the parallel loader
         loader.feed_through(lambda source: _DeviceFeed(source, ctx.device))
     return XlaDataLoader(loader)
@@ -265,12 +259,12 @@ def acc_wrap_dataloader(ctx: acc.RunContext, loader: Any) -> Any:
 # --------------------------------------------------------------------------- worker side: step
 
 
-def _prepared_optimizers(ctx: acc.RunContext) -> list:
+def _prepared_optimizers(ctx: sdk.RunContext) -> list:
     return ctx.backend_state.get("optimizers", [])
 
 
-@acc.hookimpl
-def acc_optimizer_step(ctx: acc.RunContext, optimizer: Any) -> bool:
+@sdk.hookimpl
+def acc_optimizer_step(ctx: sdk.RunContext, optimizer: Any) -> bool:
     import torch_xla.core.xla_model as xm
 
     synced = ctx.backend_state.setdefault("reduced", set())
@@ -282,8 +276,8 @@ def acc_optimizer_step(ctx: acc.RunContext, optimizer: Any) -> bool:
     return True
 
 
-@acc.hookimpl
-def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
+@sdk.hookimpl
+def acc_clip_grad_norm(ctx: sdk.RunContext, parameters: list, max_norm: float, norm_type: float) -> Any:
     import torch
     import torch_xla.core.xla_model as xm
 
@@ -302,7 +296,7 @@ def acc_clip_grad_norm(ctx: acc.RunContext, parameters: list, max_norm: float, n
 
 
 @contextlib.contextmanager
-def _on_device(ctx: acc.RunContext, tensor: Any) -> Iterator[list]:
+def _on_device(ctx: sdk.RunContext, tensor: Any) -> Iterator[list]:
     """XLA collectives run on XLA tensors: a CPU tensor goes up and its result comes back to the CPU."""
     box = [tensor.to(ctx.device) if tensor.device != ctx.device else tensor]
     yield box
@@ -313,74 +307,80 @@ def _on_device(ctx: acc.RunContext, tensor: Any) -> Iterator[list]:
 _REDUCE = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
 
 
-@acc.hookimpl
-def acc_all_reduce(ctx: acc.RunContext, tensor: Any, op: str) -> Any:
-    import torch
-    import torch_xla.core.xla_model as xm
-
-    world = _world(ctx)
-    if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
-        tensor = tensor.to(torch.float32)
-    with _on_device(ctx, tensor) as box:
-        scale = 1.0 / world if op == "mean" else 1.0
-        box[0] = xm.all_reduce(_REDUCE[op], box[0], scale=scale)
-    return box[0]
-
-
-@acc.hookimpl
-def acc_all_gather(ctx: acc.RunContext, tensor: Any) -> Any:
-    import torch
-    import torch_xla.core.xla_model as xm
-
-    if tensor.dtype == torch.bool:
-        return acc_all_gather(ctx, tensor.to(torch.uint8)).to(torch.bool)
-    with _on_device(ctx, tensor) as box:
-        box[0] = xm.all_gather(box[0].contiguous(), dim=0)
-    return box[0]
-
-
 def _exchange(tag: str, payload: bytes) -> list[bytes]:
     import torch_xla.core.xla_model as xm
 
     return xm.rendezvous(tag, payload)
 
 
-@acc.hookimpl
-def acc_gather_object(ctx: acc.RunContext, obj: Any) -> list:
-    if _world(ctx) == 1:
-        return [obj]
-    return [pickle.loads(part) for part in _exchange("acc.gather_object", pickle.dumps(obj))]
+class XlaCommunicator(sdk.Communicator):
+    """The collectives over torch_xla (xm.all_reduce, all_gather, collective_broadcast, rendezvous)."""
+
+    def __init__(self, ctx: sdk.RunContext):
+        self.ctx = ctx
+
+    def all_reduce(self, tensor: Any, op: str) -> Any:
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
+            tensor = tensor.to(torch.float32)
+        with _on_device(self.ctx, tensor) as box:
+            scale = 1.0 / _world(self.ctx) if op == "mean" else 1.0
+            box[0] = xm.all_reduce(_REDUCE[op], box[0], scale=scale)
+        return box[0]
+
+    def all_gather(self, tensor: Any) -> Any:
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        if tensor.dtype == torch.bool:
+            return self.all_gather(tensor.to(torch.uint8)).to(torch.bool)
+        with _on_device(self.ctx, tensor) as box:
+            box[0] = xm.all_gather(box[0].contiguous(), dim=0)
+        return box[0]
+
+    def gather_object(self, obj: Any) -> list:
+        if _world(self.ctx) == 1:
+            return [obj]
+        return [pickle.loads(part) for part in _exchange("acc.gather_object", pickle.dumps(obj))]
+
+    def broadcast(self, tensor: Any, src: int) -> Any:
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        if _world(self.ctx) == 1:
+            return tensor
+        if tensor.dtype == torch.bool:
+            return self.broadcast(tensor.to(torch.uint8), src).to(torch.bool)
+        with _on_device(self.ctx, tensor) as box:
+            box[0] = box[0].clone()
+            xm.collective_broadcast([box[0]], root_ordinal=src)
+        return box[0]
+
+    def broadcast_object(self, obj: Any, src: int) -> Any:
+        if _world(self.ctx) == 1:
+            return obj
+        mine = pickle.dumps(obj) if self.ctx.process_index == src else b""
+        return pickle.loads(_exchange("acc.broadcast_object", mine)[src])
+
+    def barrier(self) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.rendezvous("acc.barrier")  # syncs pending graphs first, on every replica alike
 
 
-@acc.hookimpl
-def acc_broadcast(ctx: acc.RunContext, tensor: Any, src: int) -> Any:
-    import torch
-    import torch_xla.core.xla_model as xm
-
-    if _world(ctx) == 1:
-        return tensor
-    if tensor.dtype == torch.bool:
-        return acc_broadcast(ctx, tensor.to(torch.uint8), src).to(torch.bool)
-    with _on_device(ctx, tensor) as box:
-        box[0] = box[0].clone()
-        xm.collective_broadcast([box[0]], root_ordinal=src)
-    return box[0]
+@sdk.hookimpl
+def acc_communicator(ctx: sdk.RunContext) -> XlaCommunicator:
+    return XlaCommunicator(ctx)
 
 
-@acc.hookimpl
-def acc_broadcast_object(ctx: acc.RunContext, obj: Any, src: int) -> list:
-    if _world(ctx) == 1:
-        return [obj]
-    mine = pickle.dumps(obj) if ctx.process_index == src else b""
-    return [pickle.loads(_exchange("acc.broadcast_object", mine)[src])]
-
-
-@acc.hookimpl
-def acc_barrier(ctx: acc.RunContext) -> bool:
-    import torch_xla.core.xla_model as xm
-
-    xm.rendezvous("acc.barrier")  # syncs pending graphs first, on every replica alike
-    return True
+@sdk.hookimpl
+def acc_capabilities(settings: Any) -> sdk.Capabilities:
+    return sdk.Capabilities(sync="every_step", state="replicated", reshard=True,
+                            distributed_type=sdk.DistributedType.XLA, mixed_precision=("no", "bf16"),
+                            notes=("XLA devices (TPU) compute in bfloat16, which needs no loss scaling; use "
+                                   "--mixed-precision bf16 (or 'no')",))
 
 
 # --------------------------------------------------------------------------- worker side: save and load
@@ -399,52 +399,48 @@ def _to_cpu(data: Any) -> Any:
     """`data` with every tensor copied to the CPU (after `_flush`, a plain transfer)."""
     import torch
 
-    from acc import ops
-
-    return ops.apply(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, data)
+    return sdk.apply(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, data)
 
 
-@acc.hookimpl
-def acc_save_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
-    from acc import checkpoint as ckpt
+@sdk.hookimpl
+def acc_save_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
 
     _flush()
     if ctx.process_index != 0:  # every replica holds the same weights: the master ordinal writes them
         return []
     written = []
     for i, model in enumerate(models):
-        ckpt.save_tensors(_to_cpu(model.state_dict()), directory / f"model_{i}.safetensors")
+        sdk.save_tensors(_to_cpu(model.state_dict()), directory / f"model_{i}.safetensors")
         written.append(f"model_{i}.safetensors")
     for i, optimizer in enumerate(optimizers):
-        ckpt.save_object(_to_cpu(optimizer.state_dict()), directory / f"optimizer_{i}.pt")
+        sdk.save_object(_to_cpu(optimizer.state_dict()), directory / f"optimizer_{i}.pt")
         written.append(f"optimizer_{i}.pt")
     return written
 
 
-@acc.hookimpl
-def acc_load_checkpoint(ctx: acc.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
-    from acc import checkpoint as ckpt
+@sdk.hookimpl
+def acc_load_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> bool:
 
     for i, model in enumerate(models):
-        path = ckpt.verify(directory, manifest, f"model_{i}.safetensors")
-        state = ckpt.load_tensors(path, device="cpu")
+        path = sdk.verify(directory, manifest, f"model_{i}.safetensors")
+        state = sdk.load_tensors(path, device="cpu")
         try:
             model.load_state_dict(state, strict=True)  # copies into the parameters, on the XLA device
         except RuntimeError as exc:
-            raise ckpt.CheckpointError(f"{path}: does not fit model #{i} ({type(model).__name__}): "
+            raise sdk.CheckpointError(f"{path}: does not fit model #{i} ({type(model).__name__}): "
                                        f"{' '.join(str(exc).split())[:400]}") from None
     for i, optimizer in enumerate(optimizers):
-        path = ckpt.verify(directory, manifest, f"optimizer_{i}.pt")
+        path = sdk.verify(directory, manifest, f"optimizer_{i}.pt")
         try:  # the optimizer moves each state tensor to its parameter's device (the XLA device)
-            optimizer.load_state_dict(ckpt.load_object(path, map_location="cpu"))
+            optimizer.load_state_dict(sdk.load_object(path, map_location="cpu"))
         except (ValueError, KeyError) as exc:
-            raise ckpt.CheckpointError(f"{path}: does not fit optimizer #{i} ({type(optimizer).__name__}): "
+            raise sdk.CheckpointError(f"{path}: does not fit optimizer #{i} ({type(optimizer).__name__}): "
                                        f"{exc}") from None
     return True
 
 
-@acc.hookimpl
-def acc_model_state_dict(ctx: acc.RunContext, model: Any) -> dict:
+@sdk.hookimpl
+def acc_model_state_dict(ctx: sdk.RunContext, model: Any) -> dict:
     _flush()
     return _to_cpu(model.state_dict())
 

@@ -29,7 +29,7 @@ def ddp_reference(tmp_path_factory):
 def test_zero_stages_match_ddp(tmp_path, ddp_reference, stage):
     acc_launch(tmp_path, [*DS, "--zero-stage", str(stage)], "layers.py", ["--out", str(tmp_path / "o")])
     res = read_rank_results(tmp_path / "o")
-    assert res[0]["distributed_type"] == "deepspeed" and len(res[0]["losses"]) == 20
+    assert res[0]["distributed_type"] == "DEEPSPEED" and len(res[0]["losses"]) == 20
     for a, b in zip(res[0]["losses"], ddp_reference[0]["losses"]):
         assert abs(a - b) <= 1e-4 * abs(b)
     share = res[0]["local_params"] / res[0]["total_params"]

@@ -123,8 +123,6 @@ def test_a_dummy_optim_without_an_optimizer_section_fails_saying_so(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="needs the kernel change: Accelerator.prepare must "
-                   "pass a DummyOptim to acc_wrap as an optimizer and prepare a DummyScheduler as a scheduler")
 def test_the_script_as_written_through_accelerator_prepare(runs):
     tmp, dummy, _ = runs
     acc_launch(tmp, [*DS, "--deepspeed-config", "ds.json"], "dummy_optim.py", ["--out", str(tmp / "prepare")])
@@ -273,8 +271,6 @@ def test_preparing_a_placeholder_outside_deepspeed_names_the_backend():
     check_prepare([net, torch.optim.SGD(net.parameters(), lr=0.1)], "ddp", "MULTI_CPU")  # nothing to refuse
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason="needs the kernel change: Accelerator.prepare "
-                   "must call acc.utils.deepspeed.check_prepare")
 def test_accelerator_prepare_refuses_a_dummy_optim_on_the_cpu_backend(fresh_pm):
     from acc import Accelerator
 

@@ -17,7 +17,7 @@ def test_losses_match_ddp_and_each_rank_holds_half(tmp_path):
     acc_launch(tmp_path, FSDP2, "layers.py", ["--out", str(tmp_path / "fsdp")])
     acc_launch(tmp_path, ["--backend", "ddp", "--nproc", "2"], "layers.py", ["--out", str(tmp_path / "ddp")])
     fsdp, ddp = read_rank_results(tmp_path / "fsdp"), read_rank_results(tmp_path / "ddp")
-    assert fsdp[0]["distributed_type"] == "fsdp" and len(fsdp[0]["losses"]) == 20
+    assert fsdp[0]["distributed_type"] == "FSDP" and len(fsdp[0]["losses"]) == 20
     for a, b in zip(fsdp[0]["losses"], ddp[0]["losses"]):
         assert abs(a - b) <= 1e-5 * abs(b)
     total = fsdp[0]["total_params"]
@@ -94,8 +94,8 @@ def test_acc_check_passes_on_fsdp(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--mixed-precision", "fp16"], "mixed_precision 'fp16' (from flag --mixed-precision) is not supported by the "
-                                    "fsdp backend"),
+    (["--mixed-precision", "fp16"], "mixed_precision 'fp16' is not supported by the fsdp backend (it runs no, bf16; "
+                                    "fp16 came from flag --mixed-precision)"),
     (["--fsdp-wrap", "layers=Block"], "fsdp_wrap 'layers=Block': expected transformer_layer=ClassName"),
     (["--fsdp-strategy", "hybrid_shard"], "'hybrid_shard' replicates across machines"),
 ])

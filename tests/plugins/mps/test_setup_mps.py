@@ -25,14 +25,14 @@ def test_setup_selects_the_mps_device_for_one_process(mps_pm, fake_mps):
     info = mps_context(mps_pm).process
     assert info.device == torch.device("mps")
     assert (info.num_processes, info.process_index, info.local_process_index, info.local_num_processes) == (1, 0, 0, 1)
-    assert info.distributed_type == "no" and info.native_precision is False  # the kernel does autocast and scaling
+    assert info.distributed_type == "NO" and info.native_precision is False  # the kernel does autocast and scaling
 
 
 def test_accelerator_reports_the_mps_device(mps_pm, fake_mps, monkeypatch):
     monkeypatch.setenv("ACC_BACKEND", "mps")
     accelerator = Accelerator(plugin_manager=mps_pm)
     assert accelerator.backend == "mps" and accelerator.device == torch.device("mps")
-    assert accelerator.num_processes == 1 and accelerator.distributed_type == "no"
+    assert accelerator.num_processes == 1 and accelerator.distributed_type == "NO"
 
 
 def test_cpu_setting_computes_on_the_cpu_and_needs_no_mps(mps_pm, fake_mps):

@@ -34,7 +34,7 @@ def accelerator(monkeypatch):
 
 def test_setup_reports_the_xla_device_and_a_world_of_one(accelerator):
     assert accelerator.device.type == "xla" and accelerator.num_processes == 1
-    assert accelerator.process_index == 0 and accelerator.distributed_type == "xla_cpu"
+    assert accelerator.process_index == 0 and accelerator.distributed_type == "XLA"
 
 
 def test_reductions_on_device_and_cpu_tensors(accelerator):
@@ -52,9 +52,9 @@ def test_gather_hooks_and_objects(accelerator):
 
     ctx, device = accelerator.ctx, accelerator.device
     rows = torch.arange(6.0, device=device).reshape(3, 2)
-    assert plugin.acc_all_gather(ctx, rows).cpu().tolist() == rows.cpu().tolist()
+    assert plugin.XlaCommunicator(ctx).all_gather(rows).cpu().tolist() == rows.cpu().tolist()
     flags = torch.tensor([True, False])
-    gathered = plugin.acc_all_gather(ctx, flags)
+    gathered = plugin.XlaCommunicator(ctx).all_gather(flags)
     assert gathered.dtype == torch.bool and gathered.device.type == "cpu" and gathered.tolist() == [True, False]
     assert accelerator.gather(torch.tensor(2.0, device=device)).cpu().tolist() == [2.0]
     assert accelerator.gather_object({"a": 1}) == [{"a": 1}]

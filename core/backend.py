@@ -1,0 +1,113 @@
+"""acc's backend SDK: everything a backend (a plugin in the entry-point group `acc.backends`) may use.
+
+A backend imports this module and nothing else of acc (the rest of the kernel is internal and may change in
+any release; a test holds acc's own backends to it). Importing it is torch-free; the names that need torch
+(process groups, tensor files) import it when first touched.
+
+Contract (version 2, `HOOKSPEC_VERSION`): hook specs in `acc.hookspecs` (read them: each says when it is
+called, on which ranks, and what the default does), implemented with `@hookimpl`; the collectives as one
+`Communicator` (`acc_communicator`); promises as `Capabilities` (`acc_capabilities`).
+
+Context types: `RunContext` (per run: `settings`, `process`, `loop`, `backend_state` your scratch space,
+`dataloaders`, `handler(cls)` for the user's kwargs handlers), `ProcessInfo` (what `acc_setup` returns),
+`LoopState` (`sync_gradients`, `step` = applied optimizer steps, `micro_step`, `end_of_dataloader`, `remainder`).
+
+Settings: declare yours in `acc_add_settings(registry)` with `registry.add(Setting(...))`. Names are one
+namespace shared with the kernel and every other plugin; `Setting(..., scoped=True)` makes a name your own:
+`Setting("sync_every", int, 4, ..., scoped=True)` in plugin `localsgd` is `[localsgd] sync_every` in config
+files, `--localsgd-sync-every`, `ACC_LOCALSGD_SYNC_EVERY`, and `settings["localsgd.sync_every"]` (or
+`settings.of("localsgd")["sync_every"]`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .capabilities import STATE_MODELS, SYNC_MODELS, Capabilities
+from .communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
+from .context import LoopState, ProcessInfo, RunContext
+from .detection import Detection
+from .enums import DistributedType
+from .errors import AccError, ConfigError, ValidationError
+from .hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
+from .hookspecs import HOOKSPEC_VERSION, hookimpl
+from .kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
+                     KwargsHandler)
+from .launch.plan import LaunchPlan, Rendezvous, elastic_plan
+from .plugins import module_available
+from .settings import ResolvedSettings, Setting
+from .utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for
+
+# name -> (module under acc, attribute): imported (with torch) when first touched
+_LAZY = {
+    # torch.distributed process groups, for backends built on them
+    "init_process_group": ("distributed", "init_process_group"),
+    "destroy_process_group": ("distributed", "destroy_process_group"),
+    "launcher_facts": ("distributed", "launcher_facts"),
+    "choose_device": ("distributed", "choose_device"),
+    # checkpoint files: tensors as safetensors, everything else read with weights_only; verify before reading
+    "CheckpointError": ("checkpoint", "CheckpointError"),
+    "save_tensors": ("checkpoint", "save_tensors"),
+    "load_tensors": ("checkpoint", "load_tensors"),
+    "save_object": ("checkpoint", "save_object"),
+    "load_object": ("checkpoint", "load_object"),
+    "verify": ("checkpoint", "verify"),
+    # sharded tensors written per rank, readable on any number of ranks
+    "save_pieces": ("sharded", "save_pieces"),
+    "ShardedReader": ("sharded", "ShardedReader"),
+    # nested structures of tensors
+    "apply": ("ops", "apply"),
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
+    from .distributed import choose_device, destroy_process_group, init_process_group, launcher_facts
+    from .ops import apply
+    from .sharded import ShardedReader, save_pieces
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import _resolve_lazy
+
+        return _resolve_lazy(globals(), _LAZY, name)
+    raise AttributeError(f"module 'acc.backend' has no attribute {name!r}; the SDK's names are listed in "
+                         "acc.backend.__all__ (and docs/backends.md)")
+
+
+def saved_world_size(manifest: dict[str, Any]) -> int | None:
+    """The number of processes that wrote the checkpoint whose manifest this is (None when unknown): what a
+    backend compares with `ctx.num_processes` before loading per-rank state."""
+    value = manifest.get("run", {}).get("processes", {}).get("num_processes")
+    return int(value) if value is not None else None
+
+
+def device_problems(settings: ResolvedSettings, backend: str) -> list[str]:
+    """The kernel's shared checks of a one-process-per-device backend's settings: more processes than visible
+    CUDA devices, nccl without CUDA. A backend returns these from its `acc_validate` (with its own)."""
+    problems = []
+    cuda = visible_cuda_devices()
+    if cuda and not settings["cpu"] and settings["nproc"] > cuda:
+        problems.append(f"nproc = {settings['nproc']} (from {settings.source('nproc')}) but only {cuda} CUDA "
+                        f"device(s) are visible; {backend} runs one process per device: use --nproc {cuda}, or --cpu "
+                        "for CPU processes")
+    pg = settings.get("process_group_backend")
+    if pg == "nccl" and (cuda == 0 or settings["cpu"]):
+        problems.append("process_group_backend 'nccl' needs CUDA devices, but "
+                        + ("--cpu is set" if settings["cpu"] else "none is visible")
+                        + f" (from {settings.source('process_group_backend')}); use gloo or auto")
+    return problems
+
+
+__all__ = [
+    "COLLECTIVES", "HOOKSPEC_VERSION", "OVERRIDE_ENV", "PCI_DEVICES", "REDUCE_OPS", "STATE_MODELS", "SYNC_MODELS",
+    "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler",
+    "DummyOptim", "DummyScheduler", "scheduler_for",
+    "AccError", "Capabilities", "CheckpointError", "Communicator", "ConfigError", "Detection", "DistributedType",
+    "LaunchPlan", "LocalCommunicator", "LoopState", "ProcessInfo", "Rendezvous", "ResolvedSettings", "RunContext",
+    "Setting", "ShardedReader", "TorchDistributed", "ValidationError",
+    "apply", "choose_device", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
+    "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "module_available",
+    "save_object", "save_pieces", "save_tensors", "saved_world_size", "tpu_devices", "verify",
+    "visible_cuda_devices",
+]

@@ -1,0 +1,62 @@
+"""What a backend promises about training, declared through `acc_capabilities` (torch-free).
+
+The conformance kit, `acc check` and `acc launch --dry-run` read these promises and hold the backend to them: a
+backend that synchronises every step must give every rank identical weights after each step and match a
+one-process run with N times the batch; one that synchronises every k steps must make the replicas agree at
+each k-th step; one whose state is sharded must save each rank's part and load it back on that rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SYNC_MODELS = ("every_step", "periodic", "none")
+STATE_MODELS = ("replicated", "sharded")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A backend's promises.
+
+    `sync`: "every_step" (gradients are averaged on every optimizer step: replicas stay identical), "periodic"
+    (replicas train apart and are averaged every `sync_period` optimizer steps) or "none" (one process).
+    `state`: "replicated" (every rank holds the whole model and optimizer state) or "sharded" (each rank holds a
+    part, saved and loaded per rank). `reshard`: its checkpoints load on another number of processes.
+    `distributed_type`: Accelerate's DistributedType value it runs as (e.g. "MULTI_CPU", "FSDP").
+    `mixed_precision`: the modes it runs. `notes`: anything the dry run should show.
+    """
+
+    sync: str = "every_step"
+    sync_period: int | None = None
+    state: str = "replicated"
+    reshard: bool = True
+    distributed_type: Any = "NO"
+    mixed_precision: tuple[str, ...] = ("no", "fp16", "bf16")
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODELS:
+            raise ValueError(f"Capabilities(sync={self.sync!r}): one of {', '.join(SYNC_MODELS)}")
+        if self.state not in STATE_MODELS:
+            raise ValueError(f"Capabilities(state={self.state!r}): one of {', '.join(STATE_MODELS)}")
+        if self.sync == "periodic" and not (isinstance(self.sync_period, int) and self.sync_period >= 1):
+            raise ValueError(f"Capabilities(sync='periodic') needs sync_period >= 1, got {self.sync_period!r}")
+
+    def synchronises_at(self, step: int) -> bool:
+        """Whether replicas agree after optimizer step `step` (1-based) under these promises."""
+        if self.sync == "every_step":
+            return True
+        if self.sync == "periodic":
+            return step % int(self.sync_period or 1) == 0
+        return False
+
+    def describe(self) -> str:
+        sync = {"every_step": "gradients every step", "none": "none (one process)"}.get(
+            self.sync, f"parameters every {self.sync_period} steps")
+        return (f"sync {sync}; {self.state} state; checkpoints load on "
+                f"{'any' if self.reshard else 'the same'} process count; runs as {getattr(self.distributed_type, 'value', self.distributed_type)}; "
+                f"precision {'/'.join(self.mixed_precision)}")
+
+
+__all__ = ["Capabilities", "STATE_MODELS", "SYNC_MODELS"]
