@@ -8,7 +8,10 @@ Each line is one JSON object with an "event":
     {"event": "config", "values": {...}}                                                             hyper-parameters
     {"event": "log", "step": <int or null>, "time": <unix s>, "values": {"loss": 0.25, ...}}        each log call
     {"event": "finish", "time": <unix s>}                                                            finish()
-Non-finite floats are written as NaN / Infinity (Python's json reads them back).
+Non-finite floats are written as NaN / Infinity (Python's json reads them back). Log lines are written by the first
+log call `flush_secs` (default 0.25 s; init_kwargs={"jsonl": {"flush_secs": 0}}: every call) after the previous
+write, by `finish`, and when the script ends without end_training or with an exception; a process killed outright
+(or a forked worker that fails, which ends with os._exit) loses what it logged since the last write.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .tracker_values import Unstorable, hyperparameters, scalar, split_values
 from .tracking import GeneralTracker, on_main_process
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_NUMBERS = frozenset((int, float))
 
 
 class JSONLinesTracker(GeneralTracker):
@@ -34,15 +38,17 @@ class JSONLinesTracker(GeneralTracker):
     name = "jsonl"
     requires_logging_directory = True
 
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike, **kwargs: Any):
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike, flush_secs: float = 0.25):
         super().__init__()
-        if kwargs:
-            raise TypeError(f"the jsonl tracker takes no options, got {', '.join(sorted(kwargs))}")
+        self.flush_secs = float(flush_secs)
+        self._flushed = 0.0
         self.run_name = str(run_name)
         self.logging_dir = Path(logging_dir)
         self.path: Path | None = None
         self._file: Any = None
         self._unstorable = Unstorable(self.name, "numbers, booleans, strings and dicts of numbers")
+        self._keys: dict = {}  # value name -> its JSON spelling with the colon
+        self._pending: list = []  # (values, step, time) of the log calls since the last flush
 
     @property
     def tracker(self) -> Path | None:
@@ -56,7 +62,7 @@ class JSONLinesTracker(GeneralTracker):
         for n in range(1000):
             path = directory / (f"{stem}.jsonl" if n == 0 else f"{stem}-{n}.jsonl")
             try:
-                self._file = open(path, "x", buffering=1, encoding="utf-8")  # line-buffered: a crash loses no line
+                self._file = open(path, "x", encoding="utf-8")
             except FileExistsError:
                 continue
             break
@@ -71,20 +77,79 @@ class JSONLinesTracker(GeneralTracker):
     def _write(self, record: dict) -> None:
         if self._file is None:
             raise RuntimeError("the jsonl tracker is not started (init_trackers starts it) or already finished")
+        self._drain()
         self._file.write(_dumps(record) + "\n")
+        self._file.flush()
+        self._flushed = time.time()
+
+    def _drain(self) -> None:
+        """Write the log calls kept since the last flush (their values were all ints and floats: immutable)."""
+        pending, self._pending = self._pending, []
+        for values, step, when in pending:
+            line = self._fast_line(values, step, when)
+            self._file.write((line or _dumps({"event": "log", "step": step, "time": when, "values": values})) + "\n")
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
         self._write({"event": "config", "values": hyperparameters(values, self.name, json_like=True)})
 
-    @on_main_process
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        numbers, texts = split_values(values, self._unstorable)
-        if texts:
+        # The per-step path. Not @on_main_process: the run file exists on the process that started it only. Values
+        # that are all ints and floats (immutable) are kept as they are and written at the next flush, in one go:
+        # encoding right after a training step, with the step's data in the caches, costs several times more.
+        if self._file is None:
+            return self._not_started()
+        now = time.time()
+        if _NUMBERS.issuperset(map(type, values.values())) and (step is None or type(step) is int):
+            self._pending.append((dict(values), step, now))
+        else:
+            numbers, texts = split_values(values, self._unstorable)
             numbers.update(texts)
+            if step is not None and type(step) is not int:
+                step = scalar(step)
+            self._pending.append((numbers, step, now))
+        if now - self._flushed >= self.flush_secs:
+            self.flush()
+
+    def _fast_line(self, values: Any, step: Any, now: float) -> str | None:
+        """The log line when every value is a finite float or an int and step an int or None (what json writes,
+        without its generic machinery); None otherwise."""
         if step is not None and type(step) is not int:
-            step = scalar(step)
-        self._write({"event": "log", "step": step, "time": time.time(), "values": numbers})
+            return None
+        keys = self._keys
+        parts = []
+        for key, value in values.items():
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # nan, inf: json's own spelling
+                    return None
+                text = value.__repr__()
+            elif kind is int:
+                text = value.__repr__()
+            else:
+                return None
+            name = keys.get(key)
+            if name is None:
+                if type(key) is not str:
+                    return None
+                name = keys[key] = _dumps(key) + ":"
+            parts.append(name + text)
+        return ('{"event":"log","step":' + ("null" if step is None else step.__repr__()) + ',"time":'
+                + now.__repr__() + ',"values":{' + ",".join(parts) + "}}")
+
+    def flush(self) -> None:
+        """Write every log line kept so far to the file now."""
+        if self._file is not None:
+            self._drain()
+            self._file.flush()
+            self._flushed = time.time()
+
+    def _not_started(self) -> None:
+        from .tracking import _is_main_process
+
+        if self.main_process_only and not _is_main_process():
+            return None
+        raise RuntimeError("the jsonl tracker is not started (init_trackers starts it) or already finished")
 
     @on_main_process
     def finish(self) -> None:

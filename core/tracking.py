@@ -16,12 +16,10 @@ and training continues; a tracker with `main_process_only = False` runs on every
 
 from __future__ import annotations
 
-import atexit
 import enum
 import functools
 import os
 import sys
-import weakref
 from typing import Any, Callable, Iterator, Mapping
 
 from .errors import PluginError, did_you_mean
@@ -418,8 +416,17 @@ class Trackers:
             for tracker in list(self.trackers):
                 self._call(tracker, "store_init_configuration", tracker.store_init_configuration, config)
         if self.trackers:
-            ref = weakref.ref(self)
-            atexit.register(lambda: ref() is not None and ref().finish())
+            # a script that ends without end_training, or with an exception, still closes them (their last lines
+            # written): at its normal end (also in a forked worker), and at exit
+            import atexit
+
+            from . import lifecycle
+
+            def finish() -> None:  # holds this object: the script's own references may be gone by then
+                self.finish()
+
+            lifecycle.install(finish)
+            atexit.register(finish)
 
     def log(self, values: Mapping, step: int | None = None, log_kwargs: dict | None = None) -> None:
         """`accelerator.log`: give `values` to every running tracker (a no-op where none runs)."""
@@ -429,7 +436,7 @@ class Trackers:
         if self._finished:
             self._say_once("log-after-finish", "accelerator.log after end_training: the trackers are closed; ignored")
             return
-        if not isinstance(values, Mapping):
+        if type(values) is not dict and not isinstance(values, Mapping):
             raise TypeError(f"accelerator.log(values): values must be a dict of name -> value, got "
                             f"{type(values).__name__}")
         for tracker in tuple(trackers):

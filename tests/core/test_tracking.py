@@ -7,6 +7,7 @@ tests/core/test_tracking_accelerator.py drives it through the real Accelerator."
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import types
@@ -234,12 +235,30 @@ def test_a_partial_last_line_is_ignored_and_a_bad_line_is_named(tmp_path):
     trackers.init("p")
     trackers.log({"loss": 1.0}, step=1)
     path = trackers.get("jsonl", unwrap=True)
+    trackers.finish()
     with open(path, "a") as fp:
         fp.write('{"event": "log", "st')  # killed mid-line
-    assert read_run(path).series == {"loss": [(1, 1.0)]} and not read_run(path).finished
+    assert read_run(path).series == {"loss": [(1, 1.0)]}
     path.write_text(path.read_text().replace('{"event": "log", "st', 'garbage\n{"event":"finish"}'))
-    with pytest.raises(ValueError, match=rf"{path.name}:3: not a JSON line"):
+    with pytest.raises(ValueError, match=rf"{path.name}:4: not a JSON line"):
         read_run(path)
+
+
+def test_log_lines_reach_the_file_at_most_flush_secs_apart(tmp_path):
+    slow = Trackers("jsonl", accelerator(tmp_path))
+    slow.init("slow", init_kwargs={"jsonl": {"flush_secs": 3600}})
+    eager = Trackers("jsonl", accelerator(tmp_path))
+    eager.init("eager", init_kwargs={"jsonl": {"flush_secs": 0}})
+    for trackers in (slow, eager):
+        trackers.log({"loss": 1.0}, step=0)
+        trackers.log({"loss": float("nan"), "note": "diverged"}, step=1)
+    slow_path, eager_path = (t.get("jsonl", unwrap=True) for t in (slow, eager))
+    assert [r["event"] for r in records(slow_path)] == ["run"]  # kept until the next flush
+    assert [r.get("step") for r in records(eager_path)] == [None, 0, 1]
+    slow.finish()
+    logged = records(slow_path)
+    assert [r.get("step") for r in logged] == [None, 0, 1, None] and math.isnan(logged[2]["values"]["loss"])
+    assert logged[2]["values"]["note"] == "diverged"
 
 
 # ------------------------------------------------------------------------------------------- processes, failures

@@ -191,3 +191,30 @@ def test_acc_plot_without_matplotlib_says_how_to_install_it(tmp_path):
     (tmp_path / "empty").mkdir()
     empty = invoke("plot", str(tmp_path / "empty"))
     assert empty.exit_code == 2 and "no run file of the jsonl tracker" in empty.output
+
+
+SCRIPT = """
+import sys
+from acc import Accelerator
+accelerator = Accelerator(log_with="jsonl", project_dir=sys.argv[1])
+accelerator.init_trackers("p")
+for step in range(3):
+    accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+if sys.argv[2] == "raise":
+    raise RuntimeError("diverged")
+"""
+
+
+@pytest.mark.parametrize("how", ["plain", "raise", "ddp"])
+def test_a_script_that_skips_end_training_or_fails_keeps_every_logged_line(tmp_path, how):
+    from tests.conftest import ACC, clean_env
+
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    launch = [sys.executable] if how != "ddp" else [ACC, "launch", "--backend", "ddp", "--nproc", "2",
+                                                     "--output-dir", ""]
+    proc = subprocess.run([*launch, str(script), str(tmp_path / "out"), how], cwd=tmp_path, env=clean_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == (1 if how == "raise" else 0), proc.stderr[-3000:]
+    (path,) = (tmp_path / "out" / "p").glob("*.jsonl")
+    assert [r["step"] for r in _lines(path) if r["event"] == "log"] == [0, 1, 2]
