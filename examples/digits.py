@@ -1,5 +1,6 @@
 """Handwritten digits (the 8x8 images that ship inside scikit-learn: no download), a small CNN, evaluation
-accuracy gathered across processes, a checkpoint every epoch. Runs unchanged on any backend:
+accuracy gathered across processes, a checkpoint every epoch, metrics logged by the built-in jsonl tracker
+(`acc plot runs/digits` draws them). Runs unchanged on any backend:
 
     acc launch examples/digits.py
     acc launch --backend ddp --nproc 2 examples/digits.py --epochs 30
@@ -47,7 +48,8 @@ def main() -> None:
 
     config = ProjectConfiguration(project_dir=args.project_dir, automatic_checkpoint_naming=True, total_limit=2)
     # acc's own semantics: scheduler.step() once per epoch means one step, on any number of processes
-    accelerator = Accelerator(project_config=config, semantics="acc")
+    accelerator = Accelerator(project_config=config, semantics="acc", log_with="jsonl")
+    accelerator.init_trackers("digits", config=vars(args))
     set_seed(0)
     train_set, test_set = datasets()
     net = model()
@@ -72,6 +74,7 @@ def main() -> None:
             optimizer.step()
             optimizer.zero_grad()
             bar.set_postfix(loss=f"{loss.item():.3f}")
+            accelerator.log({"train_loss": loss.item()}, step=epoch * len(train) + step)
             if args.max_steps and step + 1 >= args.max_steps:
                 break
         scheduler.step()
@@ -83,6 +86,7 @@ def main() -> None:
                 correct += (predictions == labels).sum().item()
                 seen += labels.numel()
         accuracy = correct / seen
+        accelerator.log({"test_accuracy": accuracy, "lr": scheduler.get_last_lr()[0]}, step=(epoch + 1) * len(train))
         accelerator.print(f"epoch {epoch}: test accuracy {accuracy:.4f} on {seen} images")
         accelerator.save_state()
     accelerator.print(f"final test accuracy {accuracy:.4f}")
