@@ -397,6 +397,9 @@ class Trackers:
                 kwargs = dict(init_kwargs.get(item, {}))
                 args: tuple = (project_name,)
                 if cls.requires_logging_directory:
+                    if logging_dir is None:  # unset after the Accelerator was made
+                        self._fail(cls, "__init__", TrackerError("it writes under a logging directory and none is set"))
+                        continue
                     args = (project_name, os.fspath(logging_dir))
                 elif getattr(cls, "accepts_logging_directory", False) and logging_dir is not None:
                     kwargs.setdefault("logging_dir", os.fspath(logging_dir))
@@ -497,9 +500,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "BUILTIN_TRACKER", "GeneralTracker", "describe_setting", "LOGGER_TYPE_TO_CLASS", "TRACKER_GROUP", "TrackerError", "Trackers",
-    "filter_trackers", "get_available_trackers", "installed_trackers", "load_tracker_class", "on_main_process",
-    "register_tracker_class", "tracker_install_hint",
+    "BUILTIN_TRACKER", "GeneralTracker", "LOGGER_TYPE_TO_CLASS", "TRACKER_GROUP", "TrackerError", "Trackers",
+    "describe_setting", "filter_trackers", "get_available_trackers", "installed_trackers", "load_tracker_class",
+    "on_main_process", "register_tracker_class", "say", "tracker_install_hint",
     # for tracker authors (acc.tracker_values)
     "NOT_SCALAR", "Unstorable", "describe", "hyperparameters", "scalar", "split_values",
 ]

@@ -177,7 +177,8 @@ def test_acc_plot_without_matplotlib_says_how_to_install_it(tmp_path):
     accelerator_free = ("import sys, importlib.abc\n"
                         "class Block(importlib.abc.MetaPathFinder):\n"
                         "    def find_spec(self, name, path, target=None):\n"
-                        "        if name.split('.')[0] == 'matplotlib': raise ImportError('No module named matplotlib')\n"
+                        "        if name.split('.')[0] == 'matplotlib':\n"
+                        "            raise ImportError('No module named matplotlib')\n"
                         "sys.meta_path.insert(0, Block())\n"
                         "from acc.cli import main; main(sys.argv[1:])\n")
     run = tmp_path / "p" / "demo"
