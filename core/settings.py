@@ -345,6 +345,9 @@ def core_settings() -> list[Setting]:
                 "(torchrun's and Accelerate's --monitor_interval)", ("--monitor-interval",), minimum=0.01),
         Setting("log_with", list, [], "experiment trackers init_trackers starts: names from `acc plugins` (jsonl is "
                 "built in), or all for every installed one; Accelerator(log_with=...) overrides it", ("--log-with",)),
+        Setting("rdzv_timeout", float, 900.0, "seconds the launchers of a multi-machine run wait for every machine to "
+                "join; then the launch fails naming the machines that joined and those missing",
+                ("--rdzv-timeout",), minimum=1),
     ]
 
 

@@ -377,7 +377,13 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     ]
     if plan.rendezvous is not None:
         rdzv = plan.rendezvous
-        rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"))
+        rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"
+                     + (f" ({rdzv.why})" if rdzv.why else "")))
+        if plan.num_machines > 1:
+            rows.append(("rank 0", "the main process: " + rdzv.main_machine(plan.nproc_per_machine)))
+            rows.append(("joining", f"every machine joins within {rdzv.timeout:g} s (--rdzv-timeout) or the launch "
+                                    "fails naming the missing ones; a machine lost later stops the others within "
+                                    "15 s"))
     if plan.max_restarts:
         rows.append(("restarts", str(plan.max_restarts)))
     if plan.engine == "elastic":

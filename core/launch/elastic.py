@@ -39,9 +39,10 @@ def launch_config(plan: LaunchPlan, log_dir: str, tee: bool, start_method: str =
 
     rdzv = plan.rendezvous
     assert rdzv is not None, "an elastic plan needs a rendezvous"
-    configs: dict = {"timeout": 900}
+    configs: dict = {"timeout": int(rdzv.timeout)}
     if rdzv.backend == "c10d":
         configs["is_host"] = plan.machine_rank == 0
+        configs["join_timeout"] = int(rdzv.timeout)
     if rdzv.backend == "static":
         configs["rank"] = plan.machine_rank
     n = plan.nproc_per_machine
@@ -93,11 +94,8 @@ def _children(parent: int) -> list[int]:
 
 
 def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: bool = True) -> int:
-    """Start the plan's workers through `torch.distributed.launcher.api.elastic_launch`; return the exit code."""
-    from torch.distributed.elastic.multiprocessing import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
-
+    """Start the plan's workers through `torch.distributed.launcher.api.elastic_launch`; return the exit code.
+    Across machines, a roll call comes first and heartbeats run alongside (see machines.py)."""
     if not os.environ.get("ACC_DEBUG"):
         logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     log_dir = env.get(LOG_DIR_ENV) or tempfile.mkdtemp(prefix="acc-logs-")
@@ -112,6 +110,30 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
         print(f"acc launch: start method {method} ({why})", file=sys.stderr)
     _forward_sigusr1()
     config = launch_config(plan, log_dir, tee, method, _monitor_interval(env))
+    machines = None
+    if plan.num_machines > 1:
+        from .machines import Machines, RendezvousTimeout
+
+        machines = Machines(plan)
+        try:
+            machines.join()
+        except RendezvousTimeout as exc:
+            print(f"acc launch: {exc}", file=sys.stderr)
+            return 1
+        print(f"acc launch: {machines.describe()}", file=sys.stderr)
+        machines.watch()
+    try:
+        return _run(config, method, target, log_dir, machines)
+    finally:
+        if machines is not None:
+            machines.close()
+
+
+def _run(config: Any, method: str, target: Target, log_dir: str, machines: Any) -> int:
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
     watcher = None
     try:
         if method == "fork":
@@ -126,14 +148,27 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
     except ChildFailedError as exc:
         log_dirs = rank_log_dirs(log_dir, config.run_id)
         exits = watcher.codes if watcher is not None else {}
+        lost = machines.verdict() if machines is not None else None
+        if lost:
+            print(f"acc launch: {lost}; the workers here failed because of it:", file=sys.stderr)
         print(failure_report(exc, log_dirs, exits), file=sys.stderr)
         failures = _with_recorded(exc.failures, log_dirs, exits)
         code = failures[_root_rank(failures)].exitcode
+        if machines is not None:
+            machines.done(code)
         return code if code > 0 else 128 + abs(code)
     except SignalException as exc:
+        if machines is not None and machines.lost:
+            print(f"acc launch: {machines.lost}; the workers on this machine were stopped", file=sys.stderr)
+            machines.done(1)
+            return 1
         print(f"acc launch: stopped by {signal.Signals(exc.sigval).name}; every worker was stopped too",
               file=sys.stderr)
+        if machines is not None:
+            machines.done(128 + int(exc.sigval))
         return 128 + int(exc.sigval)
+    if machines is not None:
+        machines.done(0)
     return 0
 
 

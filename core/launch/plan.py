@@ -21,6 +21,17 @@ class Rendezvous:
     backend: str = "c10d"
     endpoint: str | None = None  # host:port; None = the executor picks a free local port
     run_id: str | None = None
+    timeout: float = 900.0  # seconds every machine has to join (the rdzv_timeout setting)
+    why: str = ""  # why this backend (shown by the dry run)
+
+    def main_machine(self, nproc: int) -> str:
+        """Which machine holds the main process (global rank 0), and why, in words."""
+        if self.backend == "static":
+            return (f"machine 0 (the static rendezvous gives machine k the global ranks k*{nproc}..k*{nproc}+"
+                    f"{nproc - 1}, whatever the order the machines arrive in)")
+        return (f"decided by the {self.backend} rendezvous when every machine has joined ({self.backend} orders the "
+                "machines by host name, then launcher process id; not by --machine-rank): each launcher says at "
+                "start which machine holds it; --rdzv-backend static keeps it on machine 0")
 
 
 @dataclass
@@ -93,21 +104,31 @@ def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | No
     """The plan every backend that starts workers through torch's elastic agent returns (ddp, fsdp, ...).
 
     One machine without a port: the agent binds a free port itself (port 0), so concurrent runs never
-    collide. Several machines: everyone meets at main_process_ip:main_process_port (29500 by default).
+    collide. Several machines: everyone meets at main_process_ip:main_process_port (29500 by default), through
+    the static rendezvous unless another was chosen (machine k then hosts global ranks k*nproc..).
     """
     machines = settings["num_machines"]
     ip, port = settings["main_process_ip"], settings["main_process_port"]
+    backend, why = settings["rdzv_backend"], ""
     if machines == 1:
         endpoint = f"{ip or '127.0.0.1'}:{port or 0}"
     else:
         endpoint = f"{ip}:{port or DEFAULT_MULTI_MACHINE_PORT}"
+        source = settings.source("rdzv_backend") if hasattr(settings, "source") else "default"
+        if source == "default":
+            # as Accelerate's default: machine k hosts ranks k*n.., so the main process (which writes checkpoints,
+            # prints and logs) is on machine 0 whatever the order the machines join in
+            backend, why = "static", ("the default across machines: machine k hosts global ranks k*nproc.., so the "
+                                      "main process runs on machine 0 (--rdzv-backend c10d for torch's dynamic "
+                                      "rendezvous)")
     return LaunchPlan(
         engine="elastic",
         nproc_per_machine=settings["nproc"],
         num_machines=machines,
         machine_rank=settings["machine_rank"],
         device=device,
-        rendezvous=Rendezvous(backend=settings["rdzv_backend"], endpoint=endpoint),
+        rendezvous=Rendezvous(backend=backend, endpoint=endpoint, timeout=float(settings.get("rdzv_timeout", 900.0)),
+                              why=why),
         max_restarts=settings["max_restarts"],
         notes=list(notes or []),
     )

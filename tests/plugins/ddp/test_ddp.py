@@ -159,7 +159,10 @@ def test_dry_run_shows_the_elastic_plan(tmp_path):
     out = proc.stdout
     assert "engine      elastic: torch's elastic agent" in out
     assert "processes   2 per machine x 2 machine(s) = 4, this is machine 1" in out
-    assert "rendezvous  c10d at 10.1.2.3:29500" in out and "restarts    2" in out
+    assert "rendezvous  static at 10.1.2.3:29500 (the default across machines" in out and "restarts    2" in out
+    assert "rank 0      the main process: machine 0 (the static rendezvous gives machine k the global ranks " \
+           "k*2..k*2+1, whatever the order the machines arrive in)" in out
+    assert "joining     every machine joins within 900 s (--rdzv-timeout)" in out
     assert "process_group_backend        auto" in out
 
 
