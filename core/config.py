@@ -66,15 +66,24 @@ class ConfigFile:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{label} {path}: cannot be read ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{label} {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                              f"{exc.start}); a config file is TOML (or an Accelerate YAML config) written in "
+                              "UTF-8") from None
         if is_accelerate_config(path, text):
             from . import accelerate_compat
 
-            converted = accelerate_compat.read_config(path, label, text)
+            try:
+                converted = accelerate_compat.read_config(path, label, text)
+            except RecursionError:
+                raise ConfigError(f"{label} {path}: nested too deeply to be a config file") from None
             return cls(path=path, label=label, data=converted.data, text=text, _lines=text.splitlines(),
                        accelerate=True, origin=converted.origin, notes=converted.notes,
                        total_processes=converted.total_processes, total_machines=converted.machines)
         try:
             data = tomllib.loads(text)
+        except RecursionError:
+            raise ConfigError(f"{label} {path}: not valid TOML: nested too deeply to be a config file") from None
         except tomllib.TOMLDecodeError as exc:
             # the message ends with "(at line L, column C)"
             raise ConfigError(

@@ -7,6 +7,7 @@ source), so `acc launch --dry-run` and error messages can say where a value was 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -81,6 +82,10 @@ class Setting:
             raise ValueError(f"expected {self.describe_valid()}, got {raw!r}") from None
         if self.choices and value not in self.choices:
             raise ValueError(f"expected {self.describe_valid()}, got {raw!r}{did_you_mean(str(value), self.choices)}")
+        if self.kind is int and value is not None and not -(2**63) <= value < 2**64:
+            raise ValueError(f"expected {self.describe_valid()} (one that fits in 64 bits), got {raw!r}")
+        if self.kind is float and value is not None and not math.isfinite(value):
+            raise ValueError(f"expected {self.describe_valid()} (a finite number), got {raw!r}")
         if self.kind in (int, float):
             if (self.minimum is not None and value < self.minimum) or (
                 self.maximum is not None and value > self.maximum

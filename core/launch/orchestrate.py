@@ -66,10 +66,20 @@ def _capability_problems(assembly: Assembly) -> list[str]:
             + (f": {note}" if note else "")]
 
 
+MAX_NPROC_FLOOR = 256  # processes per machine that are never refused
+MAX_MACHINES = 65536
+
+
 def _kernel_problems(settings: Mapping) -> list[str]:
     """Checks of the kernel's own multi-machine settings (every multi-process backend relies on them)."""
     problems = []
     machines, rank = settings["num_machines"], settings["machine_rank"]
+    most = max(MAX_NPROC_FLOOR, 8 * (os.cpu_count() or 1))
+    if settings["nproc"] > most:
+        problems.append(f"nproc {settings['nproc']} (from {settings.source('nproc')}) is more processes than one "
+                        f"machine runs: at most {most} here (8 per CPU core, or {MAX_NPROC_FLOOR})")
+    if machines > MAX_MACHINES:
+        problems.append(f"num_machines {machines} (from {settings.source('num_machines')}) is above {MAX_MACHINES}")
     if rank >= machines:
         problems.append(f"machine_rank {rank} (from {settings.source('machine_rank')}) must be below "
                         f"num_machines {machines}: machines are numbered 0..{machines - 1}")
