@@ -261,7 +261,10 @@ class SavingMixin:
         Restores models, optimizers, schedulers, the fp16 scaler, each process's RNG states, the step counters
         and registered objects (what Accelerate restores). Data loaders continue where the checkpoint stopped only
         with `resume_data_position` (acc's exact resume); otherwise the script skips batches itself, as with
-        Accelerate. Every file is checked against the manifest first; nothing in a checkpoint is executed.
+        Accelerate. Every file is checked against the manifest first, on every process, before anything is
+        restored; nothing in a checkpoint is executed. With automatic naming, a newest checkpoint that fails the
+        check is refused with a warning naming the file, and the newest one that passes is loaded (checkpoint.py's
+        fallback rule); a directory given explicitly that fails is an error and nothing is loaded.
         """
         strict = bool(load_model_func_kwargs.pop("strict", strict))
         if load_kwargs or load_model_func_kwargs:

@@ -13,7 +13,8 @@ checkpoint naming with total_limit, a checkpoint every few steps. The controller
 Then it checks: the run exits 0; every rank's final weights and Adam state are bitwise equal (sha256 of the raw
 bytes) to an uninterrupted run's; the surviving timeline (each rank's per-step sample ids, later attempts
 replacing the steps they redid) equals the uninterrupted run's, step for step; a redone step trained the same
-samples as the first time; no worker process is left.
+samples as the first time; at most total_limit checkpoints and no temporary directory are left; no worker
+process is left.
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ def chaos_run(work: Path, backend: str, kills: list[str], seed: int, name: str =
     names = sorted(p.name for p in (project / "checkpoints").iterdir() if not p.name.startswith("."))
     if len(names) > total_limit:
         outcome.problems.append(f"more checkpoints than total_limit {total_limit}: {names}")
+    hidden = sorted(p.name for p in (project / "checkpoints").iterdir() if p.name.startswith("."))
+    if hidden:  # what killed saves left is removed once a later checkpoint is published
+        outcome.problems.append(f"temporary directories left behind: {hidden}")
     return outcome
 
 
