@@ -13,7 +13,8 @@ writes its machine rank, host and process id under `acc-launch/`.
   moved for LOST_AFTER seconds (and that did not say it ended), or, seen from the other machines, a machine 0 whose
   store stopped answering for as long, is lost: the other launchers stop their workers (SIGTERM to themselves,
   which the agent turns into stopping every worker) and report which machine was lost. A launcher whose workers
-  failed first waits up to LOST_AFTER seconds to tell whether a lost machine caused it.
+  failed first waits up to LOST_AFTER seconds to tell whether a lost machine caused it. Machine 0, which hosts
+  the store, leaves last (once the others said they ended, or went silent).
 """
 
 from __future__ import annotations
@@ -281,6 +282,28 @@ class Machines:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * OP_TIMEOUT)
+        if self.rank == 0 and self.store is not None:
+            self._linger()
+
+    def _linger(self) -> None:
+        """Machine 0 hosts the store: it leaves last, once every other launcher said it ended (or is silent), so
+        that none of them takes machine 0's departure for a loss."""
+        deadline = time.monotonic() + LOST_AFTER + 1
+        beats: dict[int, tuple[int, float]] = {}
+        try:
+            while time.monotonic() < deadline:
+                pending = [k for k in range(1, self.count) if not self.store.check([f"{PREFIX}done/{k}"])]
+                now = time.monotonic()
+                for k in pending:
+                    value = self.store.add(f"{PREFIX}beat/{k}", 0)
+                    if k not in beats or beats[k][0] != value:
+                        beats[k] = (value, now)
+                alive = [k for k in pending if now - beats[k][1] < 3 * HEARTBEAT]
+                if not alive:
+                    return
+                time.sleep(HEARTBEAT / 2)
+        except Exception:  # noqa: BLE001
+            return
 
 
 def _alive(pid: int) -> bool:

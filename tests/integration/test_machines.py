@@ -149,6 +149,16 @@ def test_a_machine_lost_mid_run_stops_the_other_within_15_s(tmp_path, victim, mo
     assert alive == [] and leftover_processes(str(out)) == []
 
 
+def test_a_failing_worker_on_one_machine_is_not_taken_for_a_lost_machine(tmp_path):
+    port, out = free_port(), tmp_path / "o"
+    procs = {k: launcher(tmp_path, k, port, out, mode="raise") for k in (0, 1)}
+    errs = {k: p.communicate(timeout=120)[1] for k, p in procs.items()}
+    assert procs[1].returncode == 1 and procs[0].returncode != 0, errs
+    assert "ValueError: boom on machine 1" in errs[1] and "rank 2 (local rank 0), first failure" in errs[1]
+    assert "was lost" not in errs[0] + errs[1], errs
+    assert leftover_processes(str(out)) == []
+
+
 # ------------------------------------------------------------------ two hosts: network namespaces and a veth pair
 
 

@@ -3,7 +3,7 @@
     acc launch ... --num-machines 2 --machine-rank K machines.py --out DIR [--mode run|sleep] [--steps N]
 Every rank writes DIR/rank<R>.json (its global rank, the --machine-rank of its launcher, its pid, its launcher's
 pid) before training. run: N all-reduces; sleep: one all-reduce, then an hour without any collective; loop: an all-reduce
-every 50 ms for ever.
+every 50 ms for ever; raise: rank 2 raises after the first all-reduce.
 """
 
 import argparse
@@ -20,7 +20,7 @@ from acc import Accelerator
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--mode", default="run", choices=["run", "sleep", "loop"])
+    p.add_argument("--mode", default="run", choices=["run", "sleep", "loop", "raise"])
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     accelerator = Accelerator()
@@ -32,6 +32,8 @@ def main() -> None:
         "pid": os.getpid(), "launcher": os.getppid(), "main": accelerator.is_main_process, "sum": total.item()})
     if args.mode == "sleep":
         time.sleep(3600)
+    if args.mode == "raise" and accelerator.process_index == 2:  # the first process of machine 1
+        raise ValueError("boom on machine 1")
     while args.mode == "loop":  # a collective every 50 ms, for ever
         accelerator.reduce(torch.ones(1), "sum")
         time.sleep(0.05)
