@@ -66,9 +66,15 @@ def build(settings: Mapping[str, Any], sources: Mapping[str, str], plugins: Mapp
 def run_directory(output_dir: str, backend: str, machine_rank: int) -> Path:
     """A new directory for this launch under `output_dir` (unique per launch and machine)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = Path(output_dir) / f"{stamp}-{backend}-m{machine_rank}-{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=False)
-    return path
+    base = Path(output_dir) / f"{stamp}-{backend}-m{machine_rank}-{os.getpid()}"
+    path, n = base, 1
+    while True:  # one process may launch twice in a second (acc.launch from Python)
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import traceback
+from typing import Any
 
 
 PID_FILE = "pid"
@@ -83,11 +84,10 @@ def _apply_thread_share() -> None:
         torch.set_num_threads(int(value))
 
 
-def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
-    """The function each forked worker runs (the elastic agent's entrypoint)."""
+def _become_worker() -> None:
+    """What a forked worker does first, whatever it runs: stop the collector scanning the launcher's objects,
+    tell the launcher its pid, take the default signal dispositions and its own thread share."""
     import gc
-
-    from .. import lifecycle
 
     gc.freeze()  # the launcher's objects: never collected here, and the collector stops scanning (and copying) them
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
@@ -97,10 +97,17 @@ def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
                 fp.write(str(os.getpid()))
         except OSError:
             pass
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_DFL)  # the agent's handlers belong to the launcher
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)  # the agent's (and the launcher's) handlers belong to the launcher
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _apply_thread_share()
+
+
+def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
+    """The function each forked worker runs (the elastic agent's entrypoint)."""
+    from .. import lifecycle
+
+    _become_worker()
     sys.argv = [program, *args]
     code = 0
     try:
@@ -130,3 +137,101 @@ def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
     sys.stderr.flush()
     if code:
         os._exit(code)  # the agent sees the exit code; nothing of the launcher's teardown runs in this child
+
+
+def run_function(fn: Any, args: tuple) -> Any:
+    """The entrypoint of a worker that runs a function (`acc.launch`, `notebook_launcher`): `fn(*args)` in a child
+    forked from the calling process (so a function defined in a notebook cell, in `__main__` or as a closure runs
+    without being pickled), ended as `run_target` ends a script. Its return value goes back to the caller through
+    the agent; tensors in it come back on the CPU (a CUDA tensor would initialise CUDA in the caller)."""
+    from .. import lifecycle
+
+    _become_worker()
+    _streams_follow_redirects()
+    _forget_the_callers_run()
+    try:
+        value = fn(*args)
+        lifecycle.finish()
+        return _returnable(value)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == 0:
+            lifecycle.finish()
+            return None
+        if not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 1
+    except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported with its traceback
+        traceback.print_exc()
+        lifecycle.record_error(type(exc), exc, exc.__traceback__)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _streams_follow_redirects() -> None:
+    """Where the agent redirects a worker's output to its log files (every rank but local rank 0, or all with tee),
+    point file descriptors 1 and 2 and `sys.stdout`/`sys.stderr` at them. The agent redirects the descriptor behind
+    `sys.stdout`, which in a notebook kernel (or under pytest) is not 1: without this the notebook would show every
+    rank's output, and a failure report could not quote a rank's own lines."""
+    import io
+
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file:
+        return
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        path = os.path.join(os.path.dirname(error_file), f"{name}.log")  # the agent's file for this rank, if any
+        if not os.path.isfile(path):
+            continue
+        try:
+            getattr(sys, name).flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+        target = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(target, fd)
+        os.close(target)
+        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), line_buffering=True,
+                                            errors="backslashreplace"))
+
+
+def _forget_the_callers_run() -> None:
+    """A process that called acc.launch may hold a run of its own (an Accelerator made in a notebook cell, a
+    previous in-process launch): the child starts without it, as a fresh worker would."""
+    from .. import lifecycle
+
+    lifecycle._state.clear()
+    lifecycle._state.update({"failed": None, "installed": False})
+    runtime = sys.modules.get("acc.runtime")
+    if runtime is not None:
+        runtime._CURRENT["runtime"] = None
+
+
+def _returnable(value: Any) -> Any:
+    """`value` with its tensors on the CPU, checked to be picklable (it travels to the caller through a pipe)."""
+    import pickle
+
+    import torch
+
+    def cpu(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.detach().cpu() if obj.device.type != "cpu" else obj
+        if isinstance(obj, dict):
+            return type(obj)((k, cpu(v)) for k, v in obj.items()) if type(obj) is dict else obj
+        if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+            return type(obj)(cpu(v) for v in obj)
+        return obj
+
+    value = cpu(value)
+    try:
+        pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means it cannot be returned
+        raise TypeError(f"the launched function returned {type(value).__name__}, which cannot be sent back to the "
+                        f"calling process ({type(exc).__name__}: {exc}); return plain data (numbers, strings, lists, "
+                        "dicts, CPU tensors)") from None
+    return value
