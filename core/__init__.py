@@ -32,6 +32,7 @@ _LAZY = {
     "find_executable_batch_size": ("utils.memory", "find_executable_batch_size"),
     "is_rich_available": ("utils.imports", "is_rich_available"),
     "DDPCommunicationHookType": ("enums", "DDPCommunicationHookType"),
+    **{name: ("launchers", name) for name in ("notebook_launcher", "debug_launcher", "WorkerFailedError")},
     "DeepSpeedPlugin": ("plugin_dataclasses", "DeepSpeedPlugin"),
     "FullyShardedDataParallelPlugin": ("plugin_dataclasses", "FullyShardedDataParallelPlugin"),
     "TorchDynamoPlugin": ("plugin_dataclasses", "TorchDynamoPlugin"),
@@ -66,5 +67,6 @@ __all__ = [
     "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
     "DDPCommunicationHookType", "cpu_offload_with_hook", "find_executable_batch_size", "init_on_device",
     "is_rich_available", "load_checkpoint_in_model",
+    "WorkerFailedError", "debug_launcher", "launch", "notebook_launcher",
     "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "ProfileKwargs", "TorchDynamoPlugin",
 ]
