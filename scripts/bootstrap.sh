@@ -27,9 +27,10 @@ for dir in "$root"/plugins/*/; do
   [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
 done
 # test tools (hypothesis: the property-based tests of bad input; pyyaml: the tests read Accelerate YAML configs;
-# acc itself depends on neither), and what the
-# examples use (scikit-learn's bundled digits, tqdm progress bars)
-quiet "${pip[@]}" "${editables[@]}" pytest pytest-timeout hypothesis pyyaml numpy safetensors scikit-learn tqdm
+# nbclient, ipykernel: the notebook_launcher test executes a real notebook; acc itself depends on none of them), and
+# what the examples use (scikit-learn's bundled digits, tqdm progress bars)
+quiet "${pip[@]}" "${editables[@]}" pytest pytest-timeout hypothesis pyyaml nbclient ipykernel numpy safetensors \
+  scikit-learn tqdm
 "$venv/bin/python" -c "import torch, acc; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$want" > "$stamp"
 echo "bootstrap: ready ($("$venv/bin/acc" --version))"
