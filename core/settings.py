@@ -352,7 +352,7 @@ def core_settings() -> list[Setting]:
                 "built in), or all for every installed one; Accelerator(log_with=...) overrides it", ("--log-with",)),
         Setting("rdzv_timeout", float, 900.0, "seconds the launchers of a multi-machine run wait for every machine to "
                 "join; then the launch fails naming the machines that joined and those missing",
-                ("--rdzv-timeout",), minimum=1),
+                ("--rdzv-timeout",), minimum=1, maximum=10**7),
     ]
 
 
