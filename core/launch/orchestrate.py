@@ -68,6 +68,7 @@ def _capability_problems(assembly: Assembly) -> list[str]:
 
 MAX_NPROC_FLOOR = 256  # processes per machine that are never refused
 MAX_MACHINES = 65536
+MAX_SECONDS = 10**7
 
 
 def _kernel_problems(settings: Mapping) -> list[str]:
@@ -78,6 +79,10 @@ def _kernel_problems(settings: Mapping) -> list[str]:
     if settings["nproc"] > most:
         problems.append(f"nproc {settings['nproc']} (from {settings.source('nproc')}) is more processes than one "
                         f"machine runs: at most {most} here (8 per CPU core, or {MAX_NPROC_FLOOR})")
+    for name in ("timeout", "monitor_interval"):
+        if settings[name] > MAX_SECONDS:
+            problems.append(f"{name} {settings[name]:g} (from {settings.source(name)}) is above {MAX_SECONDS} s "
+                            f"(115 days), more than a timer can hold; choose a number of seconds up to {MAX_SECONDS}")
     if machines > MAX_MACHINES:
         problems.append(f"num_machines {machines} (from {settings.source('num_machines')}) is above {MAX_MACHINES}")
     if rank >= machines:

@@ -168,6 +168,7 @@ NASTY = [  # through the real `acc` program: exit code, message, no traceback
     (["--nproc", "100000"], {}, None, "nproc 100000 (from flag --nproc) is more processes than one machine runs"),
     (["--timeout", "nan"], {}, None, "--timeout"),
     (["--monitor-interval", "inf"], {}, None, "--monitor-interval"),
+    (["--timeout", "1e300"], {}, None, "timeout 1e+300 (from flag --timeout) is above 10000000 s"),
     (["--nproc", "２"], {}, None, None),
     ([], {"ACC_TIMEOUT": "-1"}, None, "ACC_TIMEOUT"),
     ([], {"ACC_MIXED_PRECISION": "fp8\u202e"}, None, "ACC_MIXED_PRECISION"),
