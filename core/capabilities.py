@@ -24,7 +24,9 @@ class Capabilities:
     `state`: "replicated" (every rank holds the whole model and optimizer state) or "sharded" (each rank holds a
     part, saved and loaded per rank). `reshard`: its checkpoints load on another number of processes.
     `distributed_type`: Accelerate's DistributedType value it runs as (e.g. "MULTI_CPU", "FSDP").
-    `mixed_precision`: the modes it runs. `notes`: anything the dry run should show.
+    `mixed_precision`: the modes it runs. `local_micro_steps`: accumulation micro-steps (no sync) run no gradient
+    collective (False for backends whose gradients are partitioned, e.g. ZeRO-2/3, which reduce every micro-step).
+    `notes`: anything the dry run should show.
     """
 
     sync: str = "every_step"
@@ -33,6 +35,7 @@ class Capabilities:
     reshard: bool = True
     distributed_type: Any = "NO"
     mixed_precision: tuple[str, ...] = ("no", "fp16", "bf16")
+    local_micro_steps: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -56,7 +59,8 @@ class Capabilities:
             self.sync, f"parameters every {self.sync_period} steps")
         return (f"sync {sync}; {self.state} state; checkpoints load on "
                 f"{'any' if self.reshard else 'the same'} process count; runs as {getattr(self.distributed_type, 'value', self.distributed_type)}; "
-                f"precision {'/'.join(self.mixed_precision)}")
+                f"precision {'/'.join(self.mixed_precision)}"
+                + ("" if self.local_micro_steps else "; gradients reduced on every micro-step"))
 
 
 __all__ = ["Capabilities", "STATE_MODELS", "SYNC_MODELS"]

@@ -282,6 +282,24 @@ def selection_caller(pm: pluggy.PluginManager, name: str) -> Any:
     return lambda **kwargs: function(*[kwargs[a] for a in argnames])
 
 
+def declared_capabilities(pm: pluggy.PluginManager, settings: Any) -> Any:
+    """The chosen backend's promises (`acc_capabilities`). A backend that declares none (a version-1 backend) is
+    taken for the common case, data parallel with gradients averaged every step (what acc 0.1 assumed of all)."""
+    from .capabilities import Capabilities
+
+    backend = settings["backend"]
+    own = [i for i in pm.hook.acc_capabilities.get_hookimpls() if i.plugin_name == backend]
+    if backend != BUILTIN_BACKEND and not own:
+        return Capabilities(sync="every_step", distributed_type="MULTI_CPU",
+                            notes=(f"backend '{backend}' declares no capabilities (hook-spec version 1): assumed "
+                                   "gradients averaged every step",))
+    answer = selection_caller(pm, "acc_capabilities")(settings=settings)
+    if not isinstance(answer, Capabilities):
+        raise PluginError(f"backend '{backend}' answered acc_capabilities with {type(answer).__name__}, not an "
+                          "acc.backend.Capabilities")
+    return answer
+
+
 class BackendHooks:
     """The hooks of one run: `hooks.acc_wrap(...)` calls a selection hook as `selection_caller` does (one
     implementation, its answer as is); broadcast hooks are pluggy's callers. Callers are built once each."""

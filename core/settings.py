@@ -146,7 +146,7 @@ class SettingsRegistry:
             if setting.owner == CORE_OWNER:
                 raise PluginError(f"setting '{short}': only a plugin's settings can be scoped")
             setting = replace(setting, name=f"{setting.owner}.{short}",
-                              flags=setting.flags or (f"--{setting.owner}-{short.replace('_', '-')}",))
+                              flags=setting.flags or (f"--{setting.owner.replace('_', '-')}-{short.replace('_', '-')}",))
         if setting.kind not in (bool, int, float, str, list):
             raise PluginError(f"plugin '{setting.owner}' declares setting '{setting.name}' of kind {setting.kind!r}; "
                               "valid kinds: bool, int, float, str, list")

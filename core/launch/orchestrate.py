@@ -13,7 +13,7 @@ from typing import Mapping
 from ..assembly import LAUNCH_ENV, Assembly
 from ..capabilities import Capabilities
 from ..errors import LaunchError, ValidationError
-from ..plugins import module_available, plugin_requires, selection_caller
+from ..plugins import declared_capabilities, module_available, plugin_requires
 from .plan import ENGINES, LaunchPlan, Target
 
 # engine -> module whose `execute(plan, target, env) -> int` runs it
@@ -44,14 +44,8 @@ def validate(assembly: Assembly) -> None:
 
 
 def capabilities(assembly: Assembly) -> Capabilities:
-    """The chosen backend's promises (`acc_capabilities`), checked to be a Capabilities."""
-    answer = selection_caller(assembly.pm, "acc_capabilities")(settings=assembly.settings)
-    if answer is None:  # a version-1 backend: it promised nothing, the kernel assumes the common case
-        return Capabilities(sync="every_step", distributed_type="MULTI_CPU")
-    if not isinstance(answer, Capabilities):
-        raise LaunchError(f"backend '{assembly.settings['backend']}' answered acc_capabilities with "
-                          f"{type(answer).__name__}, not an acc.backend.Capabilities")
-    return answer
+    """The chosen backend's promises (`acc_capabilities`)."""
+    return declared_capabilities(assembly.pm, assembly.settings)
 
 
 def _capability_problems(assembly: Assembly) -> list[str]:

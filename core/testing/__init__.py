@@ -2,12 +2,16 @@
 
     pytest -p acc.testing --acc-backend NAME        # or, in a conftest.py: pytest_plugins = ["acc.testing"]
                                                     # and `acc_backend = NAME` in pytest.ini / pyproject
-With a backend named (option, ini value or ACC_TEST_BACKEND), the suite in `acc.testing.suite` is collected:
-the plugin loads through its entry point, its launch plan is well formed and torch-free, its validate hook
-rejects a bad combination (define an `acc_invalid_flags` fixture in the conftest.py at your project's root),
-every selection hook answers with
-the right types, and prepare -> train -> gather_for_metrics -> save_state -> load_state round-trips with
-collectives agreeing with the reference semantics, on 1 and 2 real processes.
+With a backend named (option, ini value or ACC_TEST_BACKEND), the suite in `acc.testing.suite` is collected (marker
+`acc_conformance`; its test ids can be passed back to pytest). It holds the backend to the promises it declares
+in `acc_capabilities`, on 1 and 2 real processes: the plugin loads and plans torch-free, its validate hook rejects
+a bad combination (define an `acc_invalid_flags` fixture in the conftest.py at your project's root), hooks answer
+with the right types and the collectives with the reference values, every sample is gathered once, replicas agree
+at every synchronisation point, a synchronous run equals one process with N times the batch, micro-steps keep
+gradients local and communicate nothing, checkpoints give every rank its own state back (at several points, with
+Adam) and training continues exactly after load_state, the declared mixed-precision modes run, checkpoints
+reshard when declared. Backend settings for its launches: `--acc-flags "--NAME-OPTION VALUE"` (or the `acc_flags`
+ini value, or ACC_TEST_FLAGS).
 
 Fixtures for the author's own tests: `acc_backend` (the name), `acc_pm` (a fresh plugin manager with the builtin
 cpu backend and this backend), `acc_launch` (run a script or module under N real processes with
@@ -31,7 +35,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("acc", "acc backend conformance")
     group.addoption("--acc-backend", action="store", default=None,
                     help="run acc's conformance suite against this backend (entry-point name)")
+    group.addoption("--acc-flags", action="store", default=None,
+                    help="backend settings for the suite's launches, e.g. \"--localsgd-sync-every 2\"")
     parser.addini("acc_backend", "backend the acc conformance suite checks", default="")
+    parser.addini("acc_flags", "backend settings (acc launch flags) for the conformance suite's launches", default="")
+
+
+def backend_flags(config: pytest.Config) -> list[str]:
+    """The `acc launch` flags the suite adds to every launch (option, ini value or ACC_TEST_FLAGS)."""
+    import shlex
+
+    return shlex.split(config.getoption("--acc-flags") or config.getini("acc_flags")
+                       or os.environ.get("ACC_TEST_FLAGS", ""))
 
 
 def backend_name(config: pytest.Config) -> str | None:
@@ -46,7 +61,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Add the conformance suite to the session when a backend is named (once, even if imported)."""
     if not backend_name(config) or any(getattr(i, "module", None) and Path(i.module.__file__) == SUITE for i in items):
         return
-    items.extend(session.genitems(pytest.Module.from_parent(session, path=SUITE)))
+    # node ids start with the suite's absolute path, so `pytest -p acc.testing --acc-backend X PATH::test_id`
+    # reruns one test (the suite lies outside the author's rootdir; a relative id would not resolve)
+    items.extend(session.genitems(pytest.Module.from_parent(session, path=SUITE, nodeid=str(SUITE))))
 
 
 @pytest.fixture(scope="session")

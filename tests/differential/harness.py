@@ -41,9 +41,19 @@ def migrated(script: str, workdir: Path) -> Path:
     return target
 
 
-def _run(cmd: list[str], out: Path, tmp: Path, what: str) -> None:
+# Accelerate 1.15 on torch 2.13's gloo: now and then (1 in ~40 2-process runs here, after the barrier in the
+# scripts) a rank aborts in C++ teardown after its record is written; the records are complete, the exit is not ours
+_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _run(cmd: list[str], out: Path, tmp: Path, what: str, nproc: int = 0) -> None:
     env = clean_env(tmp, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
     proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    complete = nproc > 0 and all((out / f"rank{rank}.json").exists() for rank in range(nproc))
+    if proc.returncode != 0 and complete and _TEARDOWN_ABORT in proc.stderr:
+        print(f"{what}: every rank wrote its record, then a rank aborted at exit ({_TEARDOWN_ABORT!r}); "
+              "comparing the records", file=sys.stderr)
+        return
     if proc.returncode != 0:
         raise AssertionError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
                              f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -53,7 +63,7 @@ def run_accelerate(python: Path, script: str, args: list[str], nproc: int, out: 
     """The script under Accelerate: plain python on 1 process, torchrun --standalone on several."""
     launch = [str(python)] if nproc == 1 else [str(python), "-m", "torch.distributed.run", "--standalone",
                                                f"--nproc_per_node={nproc}"]
-    _run([*launch, str(SCRIPTS / script), "--out", str(out), *args], out, tmp, "Accelerate's run")
+    _run([*launch, str(SCRIPTS / script), "--out", str(out), *args], out, tmp, "Accelerate's run", nproc)
     return read(out, nproc)
 
 

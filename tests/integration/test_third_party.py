@@ -3,6 +3,7 @@ processes; and a plugin that targets the wrong hook-spec version or misspells a 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -28,10 +29,16 @@ def test_a_backend_from_the_template_installs_passes_the_suite_and_runs(outside)
     pip_install_editable(python, tmp / "acc-gizmo", tmp)
     listed = run([str(python), "-m", "acc", "plugins"], tmp)
     assert "gizmo  (acc-gizmo 0.1.0)" in listed.stdout, listed.stdout
-    suite = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=tmp / "acc-gizmo",
+    pytest_cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    collected = subprocess.run([*pytest_cmd, "--collect-only"], cwd=tmp / "acc-gizmo", env=clean_env(tmp),
+                               capture_output=True, text=True, timeout=300)
+    count = int(re.search(r"(\d+) tests? collected", collected.stdout).group(1))
+    assert count >= 15, collected.stdout[-2000:]  # the kit's tests and the template's own
+    suite = subprocess.run(pytest_cmd, cwd=tmp / "acc-gizmo",
                            env=clean_env(tmp), capture_output=True, text=True, timeout=900)
     summary = suite.stdout.strip().splitlines()[-1]
-    assert suite.returncode == 0 and "failed" not in summary and "12 passed" in summary, suite.stdout[-3000:]
+    assert suite.returncode == 0 and summary.startswith(f"{count} passed") and "skipped" not in summary, \
+        suite.stdout[-3000:]
     trained = run([str(python), "-m", "acc", "launch", "--backend", "gizmo", "--nproc", "2", "--output-dir", "",
                    str(ROOT / "examples" / "quickstart.py"), "--epochs", "3"], tmp, timeout=300)
     assert trained.returncode == 0, trained.stderr

@@ -55,9 +55,14 @@ def acc_validate(settings: Any) -> list[str]:
 
 @sdk.hookimpl
 def acc_capabilities(settings: Any) -> sdk.Capabilities:
-    stage = settings["zero_stage"]
-    return sdk.Capabilities(sync="every_step", state="replicated" if stage == 0 else "sharded", reshard=False,
-                            distributed_type=sdk.DistributedType.DEEPSPEED)
+    stage = settings["zero_stage"] if settings["zero_stage"] is not None else 2  # the config's, measured at setup
+    on_cpu = settings["cpu"] or sdk.visible_cuda_devices() == 0
+    return sdk.Capabilities(
+        sync="every_step", state="replicated" if stage == 0 else "sharded", reshard=False,
+        distributed_type=sdk.DistributedType.DEEPSPEED,
+        # DeepSpeed's CPU accelerator has no fp16; ZeRO-2/3 reduce-scatter partitioned gradients on every micro-step
+        mixed_precision=("no", "bf16") if on_cpu else ("no", "fp16", "bf16"), local_micro_steps=stage < 2,
+        notes=("DeepSpeed's CPU accelerator runs no fp16",) if on_cpu else ())
 
 
 @sdk.hookimpl

@@ -9,4 +9,4 @@ pytestmark = pytest.mark.slow
 
 def test_ddp_passes_the_conformance_suite(tmp_path):
     proc = run_conformance("ddp", tmp_path, invalid_flags={"process_group_backend": "nccl", "cpu": True})
-    assert_conformance_passed(proc, expected_passed=11)
+    assert_conformance_passed(proc)

@@ -12,4 +12,5 @@ def test_deepspeed_passes_the_conformance_suite(tmp_path):
     user.mkdir()
     (user / "config.toml").write_text("[deepspeed]\nzero_stage = 3\n")
     proc = run_conformance("deepspeed", tmp_path, invalid_flags={"zero_stage": 2, "offload_params": "cpu"})
-    assert_conformance_passed(proc, expected_passed=11)
+    # acc's deepspeed checkpoints are DeepSpeed's own per-rank ZeRO files: they load on the same world size only
+    assert_conformance_passed(proc, allowed_skips=("does not declare resharding",))

@@ -9,4 +9,4 @@ pytestmark = pytest.mark.slow
 
 def test_fsdp_passes_the_conformance_suite(tmp_path):
     proc = run_conformance("fsdp", tmp_path, invalid_flags={"mixed_precision": "fp16"})
-    assert_conformance_passed(proc, expected_passed=11)
+    assert_conformance_passed(proc)

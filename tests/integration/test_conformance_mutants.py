@@ -1,0 +1,90 @@
+"""The conformance kit proves correctness: installed from outside the repo, the correct backends pass it whole
+(a ddp-style reference, local SGD with its own `[localsgd] sync_every`, a version-1 backend from the old template
+with deprecation warnings), and each deliberately broken copy (tests/fixtures/acc_mutants) fails it with a
+message that names the rank, the value and what was expected."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT, clean_env, overlay_venv, pip_install_editable
+
+pytestmark = pytest.mark.slow
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """`kit(backend, *pytest_args)`: the conformance kit run on `backend` in a venv with the fixtures installed."""
+    tmp = tmp_path_factory.mktemp("kit")
+    python = overlay_venv(tmp)
+    for name in ("acc_localsgd", "acc_mutants", "acc_legacy"):
+        pip_install_editable(python, FIXTURES / name, tmp)
+    work = tmp / "author"
+    work.mkdir()
+    (work / "conftest.py").write_text("")
+
+    def run(backend: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "acc.testing",
+                               "--acc-backend", backend, "-rfEs", *args], cwd=work, env=clean_env(tmp),
+                              capture_output=True, text=True, timeout=900)
+    return run
+
+
+def _summary(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("backend,flags,warning", [
+    ("mut_reference", (), None),
+    ("localsgd", ("--acc-flags=--localsgd-sync-every 2",), None),
+    ("legacy", (), "plugin 'legacy' targets hook-spec version 1, deprecated"),
+])
+def test_a_correct_backend_passes_the_whole_kit(kit, backend, flags, warning):
+    proc = kit(backend, *flags)
+    summary = _summary(proc)
+    assert proc.returncode == 0 and "failed" not in summary and "error" not in summary, proc.stdout[-4000:]
+    assert int(summary.split(" passed")[0].split()[-1]) >= 15, summary
+    if warning:
+        assert warning in proc.stdout, proc.stdout[-3000:]
+        # the old template averaged gradients at the optimizer step: allowed in version 1, said in a warning
+        assert "version 2 requires averaged gradients after a synchronising backward" in proc.stdout
+    else:
+        assert "DeprecationWarning" not in proc.stdout, proc.stdout[-3000:]
+
+
+MUTANTS = [
+    # (mutant, the kit's test that must catch it, fragments its failure message must hold)
+    ("mut_local_reduce", "test_collectives_agree_with_the_reference",
+     ["rank 1: reduce_sum returned [2.0], expected [3.0]"]),
+    ("mut_unsharded_data", "test_every_sample_is_gathered_exactly_once",
+     ["rank 1: gather_for_metrics over a 50-sample evaluation returned 100 samples (50 distinct), expected 0..49"]),
+    ("mut_no_gradient_sync", "test_replicas_agree_at_every_synchronisation_point",
+     ["rank 1: after optimizer step 1, parameter #", "where rank 0 has",
+      "the backend promises replicas that agree after every step"]),
+    ("mut_no_gradient_sync", "test_matches_one_process_with_n_times_the_batch",
+     ["on 2 processes x batch 4 but", "on 1 process x batch 8", "are gradients averaged over the processes?"]),
+    ("mut_never_average", "test_replicas_agree_at_every_synchronisation_point",
+     ["rank 1: after optimizer step 2, parameter #", "agree after every 2 steps"]),
+    ("mut_rank0_state", "test_checkpoints_give_every_rank_its_own_state_back",
+     ["rank 1: after load_state of the checkpoint saved after step", "(they are rank 0's)",
+      "every rank must get its own state back"]),
+    ("mut_drops_optimizer_state", "test_checkpoints_give_every_rank_its_own_state_back",
+     ["after load_state (step 3) the Adam state sums are", "optimizer state must come back exactly"]),
+    ("mut_missing_collective", "test_hooks_answer_with_the_right_types",
+     ["answered acc_communicator with FiveCollectives, which lacks broadcast_object"]),
+]
+
+
+@pytest.mark.parametrize("mutant,test,fragments", MUTANTS, ids=[f"{m}-{t[5:]}" for m, t, _ in MUTANTS])
+def test_each_mutant_fails_the_kit_with_a_message_naming_what_broke(kit, mutant, test, fragments):
+    flags = ("--acc-flags=--mut-never-average-sync-every 2",) if mutant == "mut_never_average" else ()
+    proc = kit(mutant, *flags, "-k", test)
+    summary = _summary(proc)
+    assert proc.returncode == 1 and "failed" in summary, proc.stdout[-4000:]
+    assert "FAILED /" in proc.stdout and f"suite.py::{test}" in proc.stdout, proc.stdout[-4000:]
+    for fragment in fragments:
+        assert fragment in proc.stdout, f"{fragment!r} not in:\n{proc.stdout[-4000:]}"
+    assert "assert " not in proc.stdout.split("= FAILURES =")[-1], "a bare assert instead of a message"
