@@ -82,8 +82,8 @@ def launch(fn: Callable[..., Any], *args: Any, backend: str | None = None, nproc
     `fsdp_strategy=...`; `acc launch --backend NAME --help` lists them). They resolve as for `acc launch`: these
     arguments > ACC_* environment variables > ./acc.toml (or `config_file`, acc's TOML or an Accelerate YAML) > the
     user file > defaults, and without a backend detection picks one (`nproc=2` on a CPU machine: ddp). The sources
-    show with `dry_run=True`, which starts nothing and returns the plan and every setting with its source, and
-    inside the workers (`Accelerator().state`... the run's settings keep them).
+    show with `dry_run=True`, which starts nothing and returns the plan and every setting with its source (the
+    text of `acc launch --dry-run`), in the run manifest, and in the workers (`accelerator.settings.source(name)`).
 
     The backend decides how the processes start: ddp, fsdp and deepspeed fork workers from this process through
     torch's elastic agent (the function is not pickled: it may be defined in a notebook cell, in `__main__`, or be

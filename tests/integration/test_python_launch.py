@@ -346,6 +346,21 @@ def test_from_a_plain_script_sigint_to_the_launcher_alone_stops_the_workers(tmp_
     assert not any(alive(pid) for pid in workers)
 
 
+def test_from_a_plain_script_sigterm_stops_the_workers_then_ends_the_program_as_it_would_have(tmp_path):
+    proc = _script("interrupt", tmp_path, start_new_session=True)
+    out = tmp_path / "out-interrupt"
+    deadline = time.monotonic() + 90
+    while not ((out / "pid0").exists() and (out / "pid1").exists()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    workers = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
+    proc.send_signal(signal.SIGTERM)
+    out_text, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, out_text + err  # the program's own disposition: terminated
+    assert not any(alive(pid) for pid in workers)
+    assert not (out / "result.json").exists()
+
+
 def test_from_a_plain_script_sources_and_dry_run(tmp_path):
     (tmp_path / "acc.toml").write_text('mixed_precision = "bf16"\n')
     result = _result(_script("sources", tmp_path), tmp_path, "sources")
