@@ -90,10 +90,12 @@ class ShardedBatchSampler:
         return samples - self.batch_size * (len(self.batch_sampler) - 1)
 
     def __iter__(self) -> Iterator[list]:
+        # read when the pass starts, not when iter() is called: a DataLoader with workers calls iter() twice
+        # and only advances the second iterator (the first one would take the skip with it)
         skip, self.skip = self.skip, 0
         self.padded_last_round, self.real_in_last_round = False, 0
         batches = self._batches()
-        return itertools.islice(batches, skip, None) if skip else batches
+        yield from (itertools.islice(batches, skip, None) if skip else batches)
 
     def _batches(self) -> Iterator[list]:
         if self.num_processes == 1:
