@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="*", default=["ddp", "fsdp"])
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--steps", type=int, default=36)
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     started = time.time()
@@ -53,7 +54,8 @@ def main() -> None:
             for i in range(args.runs):
                 kinds = plan(rng, args.kills)
                 seed = rng.randrange(2**31)
-                outcome = chaos_run(Path(tmp), backend, kinds, seed=seed, name=f"soak{i}", steps=args.steps)
+                outcome = chaos_run(Path(tmp), backend, kinds, seed=seed, name=f"soak{i}", steps=args.steps,
+                                    script=("--workers", str(args.workers)) if args.workers else ())
                 killed = [k for k in outcome.kills if "missed" not in k]
                 totals["runs"] += 1
                 totals["kills"] += len(killed)
@@ -79,7 +81,8 @@ def main() -> None:
             "python": platform.python_version(), "seconds": round(wall), "args": vars(args)}
     (RESULTS / "soak.json").write_text(json.dumps({"meta": meta, "rows": rows, "failures": failures}, indent=1))
     lines = [f"Chaos soak {meta['date']}: {args.kills} SIGKILLs per run, {args.steps} steps, checkpoint every 3 "
-             f"steps, total_limit 2, 2 processes, exact resume; {round(wall)} s in all.", "",
+             f"steps, total_limit 2, 2 processes, exact resume, {args.workers} DataLoader workers per rank; "
+             f"{round(wall)} s in all.", "",
              "| backend | runs | kills survived | of them inside save_state / load_state | attempts | bytes compared "
              "| runs bitwise equal |", "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -53,11 +53,11 @@ def environment(tmp: Path) -> dict[str, str]:
 
 
 def command(backend: str, restarts: int, project: Path, out: Path, steps: int, save_every: int, total_limit: int,
-            big_mb: int, pause: float) -> list[str]:
+            big_mb: int, pause: float, launch: tuple = (), script: tuple = ()) -> list[str]:
     return [ACC, "launch", "--backend", backend, "--nproc", "2", "--max-restarts", str(restarts),
-            "--resume-data-position", str(WORKER), "--project", str(project), "--out", str(out), "--steps", str(steps),
+            "--resume-data-position", *launch, str(WORKER), "--project", str(project), "--out", str(out), "--steps", str(steps),
             "--save-every", str(save_every), "--total-limit", str(total_limit), "--big-mb", str(big_mb),
-            "--pause", str(pause)]
+            "--pause", str(pause), *script]
 
 
 def read_events(out: Path) -> list[dict]:
@@ -120,9 +120,10 @@ def _wait(predicate, proc: subprocess.Popen, timeout: float) -> bool:
 
 def reference(work: Path, backend: str, **run) -> Path:
     """An uninterrupted run (the same command, restarts allowed, none needed); its output directory."""
-    out = work / f"straight-{backend}"
+    tag = "-".join(a.strip("-") for a in (*run.get("launch", ()), *run.get("script", ())))
+    out = work / f"straight-{backend}{'-' + tag if tag else ''}"
     if not (out / "final0.json").exists():
-        proc = subprocess.run(command(backend, 1, work / f"straight-{backend}-proj", out, **run), cwd=work,
+        proc = subprocess.run(command(backend, 1, Path(f"{out}-proj"), out, **run), cwd=work,
                               env=environment(work), capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"the uninterrupted run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -131,10 +132,12 @@ def reference(work: Path, backend: str, **run) -> Path:
 
 def chaos_run(work: Path, backend: str, kills: list[str], seed: int, name: str = "chaos", steps: int = 30,
               save_every: int = 3, total_limit: int = 2, big_mb: int = 8, pause: float = 0.4,
-              timeout: float = 600) -> Outcome:
-    """One run with the given kills (kinds: random, save, load), checked against an uninterrupted run."""
+              timeout: float = 600, launch: tuple = (), script: tuple = ()) -> Outcome:
+    """One run with the given kills (kinds: random, save, load), checked against an uninterrupted run; `launch`
+    adds acc launch flags (e.g. --semantics acc) to both, `script` arguments of chaos.py (e.g. --workers 2)."""
     rng = random.Random(seed)
-    run = dict(steps=steps, save_every=save_every, total_limit=total_limit, big_mb=big_mb, pause=pause)
+    run = dict(steps=steps, save_every=save_every, total_limit=total_limit, big_mb=big_mb, pause=pause,
+               launch=tuple(launch), script=tuple(script))
     straight = reference(work, backend, **run)
     out, project = work / f"{name}-{backend}-{seed}", work / f"{name}-{backend}-{seed}-proj"
     outcome = Outcome()

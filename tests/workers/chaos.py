@@ -99,6 +99,7 @@ def main() -> None:
     p.add_argument("--pause", type=float, default=0.0)
     p.add_argument("--samples", type=int, default=96)
     p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     p.add_argument("--load", help="load this checkpoint (default: the newest automatic one, if any)")
     p.add_argument("--no-space-at-save", type=int, default=0,
                    help="where a small file system cannot be mounted: torch.save fails with ENOSPC from save N on")
@@ -118,7 +119,7 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(6, 32), nn.Dropout(0.2), nn.ReLU(), nn.Linear(32, 1))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.8)
-    loader = DataLoader(data, batch_size=args.batch, shuffle=True)
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True, num_workers=args.workers)
     model, opt, sched, loader = accelerator.prepare(model, opt, sched, loader)
     progress = Progress(log, args.big_mb, args.pause)
     accelerator.register_for_checkpointing(progress)
