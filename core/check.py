@@ -31,9 +31,9 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
-def _data() -> TensorDataset:
+def _data(samples: int = SAMPLES) -> TensorDataset:
     g = torch.Generator().manual_seed(7)
-    return TensorDataset(torch.randn(SAMPLES, 6, generator=g), torch.randn(SAMPLES, 1, generator=g))
+    return TensorDataset(torch.randn(samples, 6, generator=g), torch.randn(samples, 1, generator=g))
 
 
 def _fingerprint(model: nn.Module) -> list[float]:
@@ -47,24 +47,38 @@ def _fingerprint(model: nn.Module) -> list[float]:
     return out
 
 
-CHECKS = (
-    "processes started, ranks unique",
-    "each process on its own expected device",
-    "batch size per process and global",
-    f"loss after {STEPS} steps matches a single-process reference",
-    "gradients identical across processes after a sync step",
-    "metric gathering sees every evaluation sample exactly once",
-    "save/load round-trip reproduces the next step's loss",
-    "data position after load_state follows the run's semantics",
-)
+def _params_fingerprint(model: nn.Module) -> list[float]:
+    """A number per parameter (whole, also when sharded)."""
+    out = []
+    for p in model.parameters():
+        value = p.full_tensor() if hasattr(p, "full_tensor") else p
+        out.append(float(value.detach().double().sum()))
+    return out
+
+
+def training_checks(caps: Any) -> tuple[str, str]:
+    """The two training checks for the backend's synchronisation model (its declared capabilities)."""
+    if caps.sync == "periodic":
+        return (f"replicas agree at every synchronisation (every {caps.sync_period} steps)",
+                "each process keeps its own gradients between synchronisations")
+    return (f"loss after {STEPS} steps matches a single-process reference",
+            "gradients identical across processes after a sync step")
+
+
+def planned_checks(caps: Any) -> tuple[str, ...]:
+    return ("processes started, ranks unique", "each process on its own expected device",
+            "batch size per process and global", *training_checks(caps),
+            "metric gathering sees every evaluation sample exactly once",
+            "save/load round-trip reproduces the next step's loss",
+            "data position after load_state follows the run's semantics")
 
 
 class _Results:
     """Check results, rewritten to the output file (by process 0) after each one, so a job that dies
     midway still tells which checks passed and which one broke."""
 
-    def __init__(self, out: Path, writer: bool):
-        self.out, self.writer, self.items = out, writer, []
+    def __init__(self, out: Path, writer: bool, planned: tuple[str, ...]):
+        self.out, self.writer, self.planned, self.items = out, writer, planned, []
         self._write()
 
     def add(self, name: str, ok: bool, measured: Any, expected: Any) -> None:
@@ -73,15 +87,17 @@ class _Results:
 
     def _write(self) -> None:
         if self.writer:
-            self.out.write_text(json.dumps({"planned": list(CHECKS), "results": self.items}, indent=2))
+            self.out.write_text(json.dumps({"planned": list(self.planned), "results": self.items}, indent=2))
 
 
 def run(out: Path, expected_world: int | None, expected_device: str | None) -> None:
     acc = Accelerator()
     world, rank = acc.num_processes, acc.process_index
-    results = _Results(out, acc.is_main_process)
+    caps = acc._runtime.capabilities
+    checks = planned_checks(caps)
+    results = _Results(out, acc.is_main_process, checks)
     check = results.add
-    current = {"name": CHECKS[0]}
+    current = {"name": checks[0]}
 
     def failing(exc: BaseException) -> None:
         """A check raised: record it as failed and leave (the other processes then fail fast too)."""
@@ -91,40 +107,43 @@ def run(out: Path, expected_world: int | None, expected_device: str | None) -> N
         lifecycle.fail(1)
 
     try:
-        _run_checks(acc, world, rank, check, current, expected_world, expected_device)
+        _run_checks(acc, caps, checks, check, current, expected_world, expected_device)
     except Exception as exc:  # noqa: BLE001 - any failure is a check result
         failing(exc)
 
 
-def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: dict, expected_world: int | None,
-                expected_device: str | None) -> None:
-
-    current["name"] = CHECKS[0]
+def _run_checks(acc: Accelerator, caps: Any, checks: tuple[str, ...], check: Any, current: dict,
+                expected_world: int | None, expected_device: str | None) -> None:
+    world, rank = acc.num_processes, acc.process_index
+    current["name"] = checks[0]
     ranks = acc._gather_objects(rank)
     want_world = expected_world or world
-    check("processes started, ranks unique", sorted(ranks) == list(range(want_world)) and world == want_world,
+    check(checks[0], sorted(ranks) == list(range(want_world)) and world == want_world,
           f"{world} processes, ranks {sorted(ranks)}", f"{want_world} processes, ranks 0..{want_world - 1}")
 
-    current["name"] = CHECKS[1]
+    current["name"] = checks[1]
     places = acc._gather_objects((socket.gethostname(), acc.local_process_index, str(acc.device)))
     accelerators = [(host, dev) for host, _, dev in places if not dev.startswith("cpu")]
     kinds = sorted({dev.split(":")[0] for _, _, dev in places})
     device_ok = len(accelerators) == len(set(accelerators)) and (expected_device is None or kinds == [expected_device])
-    check("each process on its own expected device", device_ok, ", ".join(d for _, _, d in places),
+    check(checks[1], device_ok, ", ".join(d for _, _, d in places),
           f"{expected_device or 'any'}; no two processes on one accelerator")
 
-    current["name"] = CHECKS[2]
+    current["name"] = checks[2]
+    periodic = caps.sync == "periodic"
+    # a periodic backend trains whole periods (at least STEPS steps), so the checks see synchronisations
+    steps = -(-STEPS // caps.sync_period) * caps.sync_period if periodic else STEPS
     set_seed(0)
     model = _model()
     reference = copy.deepcopy(model)  # same initial weights, trained in plain torch on the global batches
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    loader = DataLoader(_data(), batch_size=BATCH, shuffle=True)
+    loader = DataLoader(_data(max(SAMPLES, BATCH * world * (steps + 2))), batch_size=BATCH, shuffle=True)
     model, opt, loader = acc.prepare(model, opt, loader)
 
-    sizes, losses, ref_losses, grads_agree = [], [], [], []
+    sizes, losses, ref_losses, grads_agree, replicas = [], [], [], [], []
     it = iter(loader)
-    for _ in range(STEPS):
+    for step in range(1, steps + 1):
         x, y = next(it)
         sizes.append(acc._gather_objects(int(x.shape[0])))
         loss = nn.functional.mse_loss(model(x), y)
@@ -133,6 +152,9 @@ def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: di
         grads_agree.append(all(fp == fingerprints[0] for fp in fingerprints))
         opt.step()
         opt.zero_grad()
+        if periodic and step % caps.sync_period == 0:
+            params = acc._gather_objects(_params_fingerprint(acc.unwrap_model(model)))
+            replicas.append((step, max(abs(a - b) for p in params for a, b in zip(p, params[0]))))
         losses.append(float(acc.reduce(loss.detach().float(), "mean")))
         gx, gy = acc.gather((x, y))
         ref_loss = nn.functional.mse_loss(reference(gx.float().cpu()), gy.float().cpu())
@@ -143,29 +165,39 @@ def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: di
 
     per_process = sizes[0][0] if sizes and sizes[0] else None
     batch_ok = all(s == [BATCH] * world for s in sizes)
-    check("batch size per process and global", batch_ok, f"per process {per_process}, global {sum(sizes[0])}",
+    check(checks[2], batch_ok, f"per process {per_process}, global {sum(sizes[0])}",
           f"per process {BATCH}, global {BATCH * world}")
 
-    mixed = acc.mixed_precision != "no"
-    tolerance = 5e-2 if mixed else 1e-4
-    worst = max(abs(a - b) / max(abs(b), 1e-8) for a, b in zip(losses, ref_losses))
-    check(f"loss after {STEPS} steps matches a single-process reference", worst <= tolerance,
-          f"max relative difference {worst:.2e} (losses {', '.join(f'{v:.5f}' for v in losses)})",
-          f"<= {tolerance:.0e}")
+    if periodic:  # replicas apart between synchronisations, equal at each one
+        current["name"] = checks[3]
+        worst = max((d for _, d in replicas), default=0.0)
+        check(checks[3], bool(replicas) and worst <= 1e-6,
+              "; ".join(f"step {s}: max difference {d:.2e}" for s, d in replicas) or "no synchronisation seen",
+              f"<= 1e-06 at steps {', '.join(str(s) for s in range(caps.sync_period, steps + 1, caps.sync_period))}")
+        current["name"] = checks[4]
+        local = [not agree for agree in grads_agree]
+        check(checks[4], world == 1 or all(local),
+              f"{sum(local)} of {len(local)} steps had per-process gradients" if world > 1 else "1 process",
+              "every step (no gradient averaging)")
+    else:
+        mixed = acc.mixed_precision != "no"
+        tolerance = 5e-2 if mixed else 1e-4
+        worst = max(abs(a - b) / max(abs(b), 1e-8) for a, b in zip(losses, ref_losses))
+        check(checks[3], worst <= tolerance,
+              f"max relative difference {worst:.2e} (losses {', '.join(f'{v:.5f}' for v in losses)})",
+              f"<= {tolerance:.0e}")
+        check(checks[4], all(grads_agree), f"{sum(grads_agree)} of {len(grads_agree)} steps agree", "every step")
 
-    check("gradients identical across processes after a sync step", all(grads_agree),
-          f"{sum(grads_agree)} of {len(grads_agree)} steps agree", "every step")
-
-    current["name"] = CHECKS[5]
+    current["name"] = checks[5]
     eval_loader = acc.prepare(DataLoader(TensorDataset(torch.arange(EVAL_SAMPLES)), batch_size=EVAL_BATCH))
     seen: list[int] = []
     for (ids,) in eval_loader:
         seen.extend(int(i) for i in acc.gather_for_metrics(ids))
-    check("metric gathering sees every evaluation sample exactly once", seen == list(range(EVAL_SAMPLES)),
+    check(checks[5], seen == list(range(EVAL_SAMPLES)),
           f"{len(seen)} samples, {len(set(seen))} distinct" + ("" if seen == sorted(seen) else ", out of order"),
           f"{EVAL_SAMPLES} samples, each once, in order")
 
-    current["name"] = CHECKS[6]
+    current["name"] = checks[6]
     directory = tempfile.mkdtemp(prefix="acc-check-") if acc.is_main_process else None
     directory = acc.broadcast_object(directory)
     acc.save_state(Path(directory) / "ckpt")
@@ -181,20 +213,20 @@ def _run_checks(acc: Accelerator, world: int, rank: int, check: Any, current: di
     before = step_loss(x, y)
     acc.load_state(Path(directory) / "ckpt")
     after = step_loss(x, y)  # model, optimizer (and RNG) as saved: the same step gives the same loss
-    check("save/load round-trip reproduces the next step's loss", before == after, f"{after!r} after load",
+    check(checks[6], before == after, f"{after!r} after load",
           f"{before!r} (bitwise)")
 
-    current["name"] = CHECKS[7]
+    current["name"] = checks[7]
     exact = acc.settings["resume_data_position"]
     x_next, _ = next(iter(loader))
     epoch, taken = loader.position()
     if exact:  # acc's exact resume: the data continue with the batch that followed the save
-        ok, measured = torch.equal(x_next, x) and taken == STEPS + 1, f"continued with batch {taken} of epoch {epoch}"
-        expected = f"batch {STEPS + 1} (the one after the save), resume_data_position = true"
+        ok, measured = torch.equal(x_next, x) and taken == steps + 1, f"continued with batch {taken} of epoch {epoch}"
+        expected = f"batch {steps + 1} (the one after the save), resume_data_position = true"
     else:  # Accelerate's: the epoch starts again (scripts skip what they trained, with skip_first_batches)
         ok, measured = taken == 1, f"started again at batch {taken} of epoch {epoch}"
         expected = "batch 1 of the epoch (resume_data_position = false: the script skips batches itself)"
-    check("data position after load_state follows the run's semantics", ok, measured, expected)
+    check(checks[7], ok, measured, expected)
     acc.wait_for_everyone()
     if acc.is_main_process:
         import shutil

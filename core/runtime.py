@@ -7,6 +7,7 @@ script), which is how it sets up the process group. `acc.state`'s objects and th
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Mapping
 
@@ -116,6 +117,13 @@ class Runtime(CollectivesMixin):
     @property
     def distributed_type(self) -> DistributedType | str:
         return as_distributed_type(self.ctx.process.distributed_type)
+
+    @functools.cached_property
+    def capabilities(self) -> Any:
+        """The backend's declared promises (`acc_capabilities`, see acc.capabilities), as the launcher saw them."""
+        from .plugins import declared_capabilities
+
+        return declared_capabilities(self._pm, self.ctx.settings)
 
     @property
     def ended(self) -> bool:

@@ -20,8 +20,10 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")
     "check", cls=LaunchCommand,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Verify a backend before a real run: start a small training job with the same settings a launch "
-         "would use, and check ranks, devices, batch sizes, loss against a single-process reference, gradient "
-         "agreement, metric gathering and a save/load round-trip. Exits 1 if any check fails.",
+         "would use, and check ranks, devices, batch sizes, training against what the backend declares "
+         "(every-step sync: loss equal to a single-process reference and identical gradients; periodic sync: "
+         "replicas equal at each synchronisation and apart between them), metric gathering, a save/load "
+         "round-trip and the data position after load_state. Exits 1 if any check fails.",
 )
 @click.option("--config-file", type=str, default=None, help="A TOML config file used instead of ./acc.toml.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")

@@ -156,9 +156,7 @@ def run_contract(out: Path) -> None:
 
 
 def _capabilities(acc: Accelerator) -> Any:
-    from ..plugins import declared_capabilities
-
-    return declared_capabilities(acc._pm, acc.settings)
+    return acc._runtime.capabilities
 
 
 def save_points(caps: Any, steps: int) -> list[int]:

@@ -27,6 +27,9 @@ def kit(tmp_path_factory):
     (work / "conftest.py").write_text("")
 
     def run(backend: str, *args: str) -> subprocess.CompletedProcess:
+        if args[:1] == ("check",):  # `acc check` in the same venv
+            return subprocess.run([str(python), "-m", "acc", "check", "--backend", backend, *args[1:]], cwd=work,
+                                  env=clean_env(tmp), capture_output=True, text=True, timeout=300)
         return subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "acc.testing",
                                "--acc-backend", backend, "-rfEs", *args], cwd=work, env=clean_env(tmp),
                               capture_output=True, text=True, timeout=900)
@@ -88,3 +91,18 @@ def test_each_mutant_fails_the_kit_with_a_message_naming_what_broke(kit, mutant,
     for fragment in fragments:
         assert fragment in proc.stdout, f"{fragment!r} not in:\n{proc.stdout[-4000:]}"
     assert "assert " not in proc.stdout.split("= FAILURES =")[-1], "a bare assert instead of a message"
+
+
+def test_acc_check_holds_a_periodic_backend_to_its_own_promise(kit):
+    """local SGD passes `acc check` (replicas agree at each synchronisation, gradients local between them); the copy
+    that never averages fails exactly that check."""
+    good = kit("localsgd", "check", "--nproc", "2", "--localsgd-sync-every", "2")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "PASS  replicas agree at every synchronisation (every 2 steps)" in good.stdout
+    assert "PASS  each process keeps its own gradients between synchronisations" in good.stdout
+    assert good.stdout.count("PASS") == 8 and "FAIL" not in good.stdout
+    bad = kit("mut_never_average", "check", "--nproc", "2")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    failed = [line.strip() for line in bad.stdout.splitlines() if line.strip().startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].startswith("FAIL  replicas agree at every synchronisation (every 4 steps)")
+    assert "step 4: max difference" in failed[0] and "(expected <= 1e-06 at steps 4)" in failed[0]

@@ -39,6 +39,8 @@ def test_a_backend_from_the_template_installs_passes_the_suite_and_runs(outside)
     summary = suite.stdout.strip().splitlines()[-1]
     assert suite.returncode == 0 and summary.startswith(f"{count} passed") and "skipped" not in summary, \
         suite.stdout[-3000:]
+    checked = run([str(python), "-m", "acc", "check", "--backend", "gizmo", "--nproc", "2"], tmp, timeout=300)
+    assert checked.returncode == 0 and checked.stdout.count("PASS") == 8, checked.stdout + checked.stderr
     trained = run([str(python), "-m", "acc", "launch", "--backend", "gizmo", "--nproc", "2", "--output-dir", "",
                    str(ROOT / "examples" / "quickstart.py"), "--epochs", "3"], tmp, timeout=300)
     assert trained.returncode == 0, trained.stderr
