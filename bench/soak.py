@@ -1,12 +1,13 @@
 """The long chaos soak (by hand; not part of bench/run.py): many restarted runs, each with several SIGKILLs.
 
     .venv/bin/python bench/soak.py [--runs N] [--kills R] [--backends ddp fsdp] [--seed S] [--steps N]
+                                   [--workers W] [--name soak]
 
 Each run is tests/workers/chaos.py on 2 processes with exact resume, a checkpoint every 3 steps, total_limit 2 and
 --max-restarts R; the controller (tests/integration/chaos.py) SIGKILLs a worker R times: at random, inside
 save_state and inside load_state (each run has at least one of each when R >= 3). Every run must end with every
 rank's weights and Adam state bitwise equal to an uninterrupted run's and the same per-step sample ids. Writes
-bench/results/soak.{json,md}: runs, kills survived (inside save / inside load), bytes compared, wall time.
+bench/results/<name>.{json,md} (soak.md: no loader workers; soak-workers.md: --workers 2): runs, kills survived (inside save / inside load), bytes compared, wall time.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--steps", type=int, default=36)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank")
+    parser.add_argument("--name", default="soak", help="bench/results/NAME.{json,md}")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     started = time.time()
@@ -79,7 +81,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.node()}",
             "python": platform.python_version(), "seconds": round(wall), "args": vars(args)}
-    (RESULTS / "soak.json").write_text(json.dumps({"meta": meta, "rows": rows, "failures": failures}, indent=1))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows, "failures": failures}, indent=1))
     lines = [f"Chaos soak {meta['date']}: {args.kills} SIGKILLs per run, {args.steps} steps, checkpoint every 3 "
              f"steps, total_limit 2, 2 processes, exact resume, {args.workers} DataLoader workers per rank; "
              f"{round(wall)} s in all.", "",
@@ -88,7 +90,7 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['backend']} | {r['runs']} | {r['kills']} | {r['inside_save']} / {r['inside_load']} | "
                      f"{r['attempts']} | {r['bytes_compared']} | {r['bitwise_equal_runs']} of {r['runs']} |")
-    (RESULTS / "soak.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     sys.exit(1 if failures else 0)
 
