@@ -62,6 +62,8 @@ def dry_run(args: list[str], env: dict | None = None, cwd: Path | None = None):
         return CliRunner().invoke(cli, ["launch", "--dry-run", *args, "train.py"], env=env, prog_name="acc")
     finally:
         os.chdir(old)
+        if cwd is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def assert_clear(result, *names: str) -> None:
