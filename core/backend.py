@@ -9,6 +9,7 @@ called, on which ranks, and what the default does), implemented with `@hookimpl`
 `Communicator` (`acc_communicator`); promises as `Capabilities` (`acc_capabilities`).
 
 Context types: `RunContext` (per run: `settings`, `process`, `loop`, `backend_state` your scratch space,
+`backend_config` the configuration you run with, published for scripts (DeepSpeed's config),
 `dataloaders`, `handler(cls)` for the user's kwargs handlers), `ProcessInfo` (what `acc_setup` returns),
 `LoopState` (`sync_gradients`, `step` = applied optimizer steps, `micro_step`, `end_of_dataloader`, `remainder`).
 

@@ -60,7 +60,8 @@ class RunContext:
     """Handed to every worker-side hook.
 
     `settings` are the resolved settings; `process` is filled from `acc_setup`'s answer and `communicator` from
-    `acc_communicator`'s; `backend_state` is the chosen backend's private scratch space (the kernel never reads
+    `acc_communicator`'s; `backend_config` is what the backend runs with, published for scripts (DeepSpeed's
+    config); `backend_state` is the chosen backend's private scratch space (the kernel never reads
     or writes it); `loop` holds the training-loop facts (`sync_gradients`, `step`, `micro_step`,
     `end_of_dataloader`, `remainder`); `dataloaders` are the prepared loaders (a backend may need the
     per-process batch size: `ctx.dataloaders[0].per_process_batch_size`).
@@ -75,6 +76,9 @@ class RunContext:
     dataloaders: list[Any] = field(default_factory=list)  # the prepared loaders, in prepare order
     plugin_state: dict[str, Any] = field(default_factory=dict)  # cross-cutting plugins' state, by plugin name
     communicator: Any = None  # the backend's Communicator (set right after acc_setup)
+    # what the backend runs with, for scripts to read (the kernel shows it, e.g. DeepSpeed's config as Accelerate's
+    # `AcceleratorState().deepspeed_plugin.deepspeed_config`); written by the backend only
+    backend_config: dict[str, Any] = field(default_factory=dict)
 
     def handler(self, cls: type) -> Any:
         """The user's kwargs handler of type `cls` (e.g. DistributedDataParallelKwargs), or None."""

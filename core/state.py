@@ -195,11 +195,12 @@ class _DeepSpeedView:
 
     @property
     def deepspeed_config(self) -> dict:
-        return self._run.ctx.backend_state.setdefault("ds_config", {})
+        return self._run.ctx.backend_config  # the user's config until prepare, the engine's after
 
     @property
     def zero_stage(self) -> int:
-        return int(self._run.settings.get("zero_stage", 0) or 0)
+        stage = self.deepspeed_config.get("zero_optimization", {}).get("stage")  # the config's, else the setting
+        return int(stage if stage is not None else (self._run.settings.get("zero_stage", 0) or 0))
 
     @property
     def hf_ds_config(self) -> Any:

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from common import dump
 from acc import Accelerator, DeepSpeedPlugin, set_seed
+from acc.state import AcceleratorState
 from acc.utils import DummyOptim, DummyScheduler
 
 
@@ -85,6 +86,8 @@ def main() -> None:
                                       betas=(0.9, 0.999), eps=1e-8)
         total = math.ceil(args.total / accelerator.num_processes)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: warmup_decay(k, args.warmup, total))
+    ds_view = AcceleratorState().deepspeed_plugin  # what Accelerate scripts read: the config, before and after
+    config_before = json.loads(json.dumps(ds_view.deepspeed_config))
     if args.via == "hooks":
         model, optimizer, loader, scheduler = prepare_through_hooks(accelerator, model, optimizer, loader, scheduler)
     else:
@@ -113,6 +116,8 @@ def main() -> None:
         "losses": losses, "lrs": lrs, "last_lrs": last_lrs, "weights": weights.tolist(),
         "optimizer": type(inner).__name__, "weight_decay": optimizer.param_groups[0]["weight_decay"],
         "betas": list(optimizer.param_groups[0]["betas"]), "world": accelerator.num_processes,
+        "config_before": config_before, "config_after": json.loads(json.dumps(ds_view.deepspeed_config)),
+        "zero_stage": ds_view.zero_stage,
     })
     accelerator.end_training()
 

@@ -6,6 +6,7 @@ Launcher-side hooks are torch-free; deepspeed is imported inside worker hooks on
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,8 @@ def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
                             category=FutureWarning)
     deepspeed.init_distributed(dist_backend=info.process_group_backend, auto_mpi_discovery=False)
     ctx.backend_state["user_config"] = ds_config.read_user_config(ctx.settings["deepspeed_config"])
+    ctx.backend_config.clear()
+    ctx.backend_config.update(copy.deepcopy(ctx.backend_state["user_config"]))  # scripts read it before prepare
     # DeepSpeed does mixed precision (and fp16 loss scaling) itself, from the config acc completes
     return dataclasses.replace(info, native_precision=ctx.settings["mixed_precision"] != "no")
 
@@ -150,6 +153,8 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
     problems += ds_config.fill_optimizer_and_scheduler(config, optimizer, scheduler, ctx.num_processes, split, where)
     if problems:
         raise sdk.ConfigError("; ".join(problems))
+    ctx.backend_config.clear()
+    ctx.backend_config.update(config)  # the completed config the engine runs with ("auto" values filled in)
     kwargs: dict[str, Any] = {"model": trained[0], "config": config}
     if isinstance(optimizer, sdk.DummyOptim):  # the engine builds the config's optimizer over these parameters
         kwargs["model_parameters"] = list(optimizer.params)

@@ -67,6 +67,17 @@ def test_the_engine_trains_with_the_configs_optimizer_filled_from_dummy_optim(ru
 
 
 @pytest.mark.slow
+def test_accelerator_state_shows_the_users_config_then_the_engines(runs):
+    """AcceleratorState().deepspeed_plugin.deepspeed_config: the file's "auto" values before prepare, the values
+    the engine runs with after (as Accelerate shows them)."""
+    _, dummy, _ = runs
+    before, after = dummy[0]["config_before"], dummy[0]["config_after"]
+    assert before["train_micro_batch_size_per_gpu"] == "auto" and before["zero_optimization"]["stage"] == 2
+    assert after["train_micro_batch_size_per_gpu"] == 8 and after["train_batch_size"] == 16
+    assert after["optimizer"]["params"]["lr"] == LR and dummy[0]["zero_stage"] == 2
+
+
+@pytest.mark.slow
 def test_the_lr_follows_the_configs_schedule_step_by_step(runs):
     _, dummy, _ = runs
     for rank in (0, 1):

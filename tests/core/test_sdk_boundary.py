@@ -1,0 +1,67 @@
+"""The repo's plugins use acc only through its public contracts: a backend or cross-cutting plugin (entry-point
+groups acc.backends / acc.plugins) imports `acc.backend` and nothing else of acc; a tracker (acc.trackers) imports
+`acc.tracking`. The rest of the kernel can change without breaking them (the backend template is held to it too)."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+ALLOWED = {"acc.backends": {"acc.backend"}, "acc.plugins": {"acc.backend"}, "acc.trackers": {"acc.tracking"}}
+
+
+def _plugins() -> list[tuple[str, Path]]:
+    found = []
+    for pyproject in sorted((ROOT / "plugins").glob("*/pyproject.toml")):
+        groups = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {})
+        (group,) = [g for g in groups if g in ALLOWED]
+        found.append((group, pyproject.parent))
+    return found
+
+
+def acc_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) for every import of acc or an acc submodule; `from acc import x` counts as acc.x."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name == "acc" or a.name.startswith("acc.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                (node.module == "acc" or node.module.startswith("acc.")):
+            if node.module == "acc":
+                out += [(node.lineno, f"acc.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, node.module))
+    return out
+
+
+def test_the_scan_sees_every_form_of_import():
+    found = [m for _, m in acc_imports("import acc\nimport acc.plugins\nfrom acc import backend as sdk, settings\n"
+                                       "from acc.launch import elastic_plan\nfrom . import local\n"
+                                       "def f():\n    from acc.ops import x\n")]
+    assert found == ["acc", "acc.plugins", "acc.backend", "acc.settings", "acc.launch", "acc.ops"]
+
+
+@pytest.mark.parametrize("group,directory", _plugins(), ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_a_plugin_imports_only_its_public_contract(group, directory):
+    bad = []
+    for path in sorted(directory.rglob("*.py")):
+        for line, module in acc_imports(path.read_text()):
+            if module not in ALLOWED[group]:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not bad, f"{group} plugins may import only {sorted(ALLOWED[group])}:\n" + "\n".join(bad)
+
+
+def test_every_first_party_backend_is_scanned():
+    names = {d.name for g, d in _plugins() if g == "acc.backends"}
+    assert {"ddp", "fsdp", "deepspeed", "xla", "mps"} <= names
+
+
+def test_the_backend_template_imports_only_the_sdk():
+    source = (ROOT / "core" / "templates" / "backend" / "acc_NAME" / "plugin.py.tmpl").read_text()
+    source = source.replace("{{", "{").replace("}}", "}").replace("{hookspec_version}", "2")
+    assert {m for _, m in acc_imports(source)} == {"acc.backend"}
