@@ -6,6 +6,9 @@
   that can abort a process still holding communication state (which would hide the real exit code).
   KeyboardInterrupt ends the process by SIGINT, as Python does.
 - A normal end without `end_training()` runs it at exit, so the process group is left cleanly.
+
+Every process-wide side effect of a worker (the exception hook, exit handlers, stack dumps on SIGUSR1/SIGTERM,
+PR_SET_PDEATHSIG) is installed here, by `install`; the facade and the trackers only register callbacks.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ def record_error(etype: type, value: BaseException, tb: Any) -> None:
         pass
 
 
-def install(on_normal_exit: Callable[[], None]) -> None:
-    """Install the exception hook (once per process) and an exit handler that calls `on_normal_exit`."""
+def install(on_normal_exit: Callable[[], None], also_on_failure: bool = False) -> None:
+    """Install the exception hook (once per process) and an exit handler that calls `on_normal_exit`
+    (`also_on_failure`: after an uncaught exception too, before the process exits; trackers close their logs)."""
     if not _state["installed"]:
         _state["installed"] = True
         previous = sys.excepthook
@@ -57,7 +61,7 @@ def install(on_normal_exit: Callable[[], None]) -> None:
         _install_stack_dumps()
         _die_with_the_launcher()
     ref = weakref.WeakMethod(on_normal_exit) if hasattr(on_normal_exit, "__self__") else (lambda: on_normal_exit)
-    atexit.register(_normal_exit, ref)
+    atexit.register(_normal_exit, ref, also_on_failure)
     _state.setdefault("callbacks", []).append(ref)
 
 
@@ -113,9 +117,9 @@ def fail(code: int = 1) -> None:
     os._exit(code)
 
 
-def _normal_exit(ref: Callable[[], Callable[[], None] | None]) -> None:
+def _normal_exit(ref: Callable[[], Callable[[], None] | None], also_on_failure: bool = False) -> None:
     callback = ref()
-    if _state["failed"] is not None or callback is None:
+    if (_state["failed"] is not None and not also_on_failure) or callback is None:
         return
     try:
         callback()

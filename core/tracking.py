@@ -420,16 +420,13 @@ class Trackers:
                 self._call(tracker, "store_init_configuration", tracker.store_init_configuration, config)
         if self.trackers:
             # a script that ends without end_training, or with an exception, still closes them (their last lines
-            # written): at its normal end (also in a forked worker), and at exit
-            import atexit
-
+            # written): at its normal end (also in a forked worker), and at exit after a failure
             from . import lifecycle
 
             def finish() -> None:  # holds this object: the script's own references may be gone by then
                 self.finish()
 
-            lifecycle.install(finish)
-            atexit.register(finish)
+            lifecycle.install(finish, also_on_failure=True)
 
     def log(self, values: Mapping, step: int | None = None, log_kwargs: dict | None = None) -> None:
         """`accelerator.log`: give `values` to every running tracker (a no-op where none runs)."""
