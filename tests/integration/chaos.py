@@ -48,7 +48,6 @@ def environment(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACC_", "TORCHELASTIC_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["ACC_CONFIG_HOME"] = str(tmp / "user-config")
-    env["ACC_OUTPUT_DIR"] = ""
     return env
 
 

@@ -16,7 +16,7 @@ from tests.conftest import ACC, WORKERS, clean_env
 from tests.integration.chaos import leftover_processes
 
 pytestmark = pytest.mark.slow
-DDP2 = ["--backend", "ddp", "--nproc", "2", "--resume-data-position", "--output-dir", ""]
+DDP2 = ["--backend", "ddp", "--nproc", "2", "--resume-data-position"]
 
 
 def chaos(tmp_path: Path, project: Path, out: Path, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -28,7 +28,7 @@ def free_port() -> int:
 def launcher(tmp_path: Path, rank: int, port: int, out: Path, *extra: str, ip: str = "127.0.0.1", prefix=(),
              env: dict | None = None, mode: str = "run") -> subprocess.Popen:
     cmd = [*prefix, ACC, "launch", "--backend", "ddp", "--nproc", "2", "--num-machines", "2", "--machine-rank",
-           str(rank), "--main-process-ip", ip, "--main-process-port", str(port), "--output-dir", "", *extra,
+           str(rank), "--main-process-ip", ip, "--main-process-port", str(port), *extra,
            str(WORKERS / "machines.py"), "--out", str(out), "--mode", mode]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env or clean_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
