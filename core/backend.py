@@ -56,6 +56,7 @@ _LAZY = {
     # sharded tensors written per rank, readable on any number of ranks
     "save_pieces": ("sharded", "save_pieces"),
     "ShardedReader": ("sharded", "ShardedReader"),
+    "model_prefix": ("sharded", "model_prefix"),
     # nested structures of tensors
     "apply": ("ops", "apply"),
 }
@@ -64,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
     from .distributed import choose_device, destroy_process_group, init_process_group, launcher_facts
     from .ops import apply
-    from .sharded import ShardedReader, save_pieces
+    from .sharded import ShardedReader, model_prefix, save_pieces
 
 
 def __getattr__(name: str) -> Any:
@@ -108,7 +109,8 @@ __all__ = [
     "LaunchPlan", "LocalCommunicator", "LoopState", "ProcessInfo", "Rendezvous", "ResolvedSettings", "RunContext",
     "Setting", "ShardedReader", "TorchDistributed", "ValidationError",
     "apply", "choose_device", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
-    "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "module_available",
+    "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "model_prefix",
+    "module_available",
     "save_object", "save_pieces", "save_tensors", "saved_world_size", "tpu_devices", "verify",
     "visible_cuda_devices",
 ]

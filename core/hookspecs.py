@@ -58,6 +58,7 @@ SELECTION_HOOKS = (
     "acc_save_checkpoint",
     "acc_load_checkpoint",
     "acc_model_state_dict",
+    "acc_merge_weights",
 )
 
 # Version 1's collectives, one hook each (a version-1 backend implements all six or none; the kernel wraps
@@ -426,4 +427,23 @@ def acc_model_state_dict(ctx: "RunContext", model: Any) -> dict | None:
     **Kind**: selection. Non-main processes may return an empty dict.
     **Called by**: ``Accelerator.get_state_dict`` / ``save_model``, on every process (it may be collective).
     **Default**: cpu returns the unwrapped model's ``state_dict()``.
+    """
+
+
+# --------------------------------------------------------------------------- offline: acc merge-weights
+
+
+@hookspec(firstresult=True)
+def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> list[str] | None:
+    """Write the full weights of prepared model ``index`` of a checkpoint this backend saved into one
+    safetensors file ``out`` (loadable into the plain model); return the tensor names written.
+
+    Offline: no process group, torch may be imported. ``directory`` is verified by the caller's manifest;
+    verify each file you read with ``verify(directory, manifest, name)``.
+
+    **Kind**: selection (the backend that saved the checkpoint, from its manifest).
+    **Called by**: ``acc merge-weights CHECKPOINT OUT``.
+    **Default**: cpu merges the SDK's piece files (``save_pieces`` with model tensors named
+    ``model_prefix(index) + key``, as fsdp writes them); a checkpoint whose model is one file already is refused
+    with its path.
     """

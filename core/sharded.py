@@ -15,9 +15,14 @@ from typing import Any, Iterable
 
 import torch
 
-from .checkpoint import CheckpointError, save_tensors
+from .checkpoint import CheckpointError
 
 META_KEY = "acc_sharded"
+
+
+def model_prefix(index: int) -> str:
+    """The name prefix of prepared model `index`'s tensors in piece files (what merge-weights looks for)."""
+    return f"model.{index}."
 
 
 def piece_of(tensor: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
@@ -98,13 +103,3 @@ def _dtype(name: str) -> torch.dtype:
              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
              "BOOL": torch.bool}
     return table[name]
-
-
-def merge(paths: Iterable[Path], out: Path, prefix: str = "") -> list[str]:
-    """Write the whole tensors whose names start with `prefix` (prefix removed) into one safetensors file."""
-    reader = ShardedReader(paths)
-    names = [n for n in reader.names() if n.startswith(prefix)]
-    if not names:
-        raise CheckpointError(f"no tensor named '{prefix}...' in the piece files")
-    save_tensors({n[len(prefix):]: reader.full(n) for n in names}, out)
-    return names

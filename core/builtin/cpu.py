@@ -198,3 +198,32 @@ def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
 @hookimpl(trylast=True)
 def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+@hookimpl(trylast=True)
+def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> list[str]:
+    from safetensors import safe_open
+
+    from ..checkpoint import CheckpointError, save_tensors, verify
+    from ..sharded import META_KEY, ShardedReader, model_prefix
+
+    pieces = []
+    for name in sorted(manifest["files"]):
+        if name.endswith(".safetensors"):
+            path = verify(directory, manifest, name)
+            with safe_open(str(path), framework="pt") as handle:
+                if META_KEY in (handle.metadata() or {}):
+                    pieces.append(path)
+    if not pieces:
+        whole = f"model_{index}.safetensors"
+        hint = f"; its weights are already one file: {directory / whole}" if whole in manifest["files"] else ""
+        raise CheckpointError(f"{directory} is not a sharded checkpoint (no piece files){hint}")
+    reader = ShardedReader(pieces)
+    prefix = model_prefix(index)
+    names = [n for n in reader.names() if n.startswith(prefix)]
+    if not names:
+        held = sorted({n.split(".")[1] for n in reader.names() if n.startswith("model.")})
+        raise CheckpointError(f"{directory}: no model #{index} in its piece files (models held: "
+                              f"{', '.join(held) or 'none'}); choose one with --model")
+    save_tensors({n[len(prefix):]: reader.full(n) for n in names}, out)
+    return names

@@ -13,26 +13,20 @@ import click
 @click.option("--model", "index", type=int, default=0, show_default=True, help="Which prepared model (0, 1, ...).")
 def merge_weights(checkpoint: Path, out: Path, index: int) -> None:
     """Assemble the model weights of a sharded checkpoint (saved by save_state on a sharding backend, on any
-    number of processes) into one safetensors file OUT that loads into the plain model."""
+    number of processes) into one safetensors file OUT that loads into the plain model. The backend that saved
+    it (named in its manifest) reads its own format (acc_merge_weights); it must be installed."""
     import json
 
-    from ..checkpoint import CheckpointError, read_manifest, verify
-    from ..sharded import META_KEY, merge
+    from ..assembly import assemble
+    from ..checkpoint import CheckpointError, read_manifest
+    from ..plugins import installed_backends, selection_caller
 
     manifest = read_manifest(checkpoint)
-    pieces = []
-    for name in sorted(manifest["files"]):
-        if name.endswith(".safetensors"):
-            path = verify(checkpoint, manifest, name)
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt") as handle:
-                if META_KEY in (handle.metadata() or {}):
-                    pieces.append(path)
-    if not pieces:
-        whole = [n for n in manifest["files"] if n == f"model_{index}.safetensors"]
-        hint = f"; its weights are already one file: {checkpoint / whole[0]}" if whole else ""
-        raise CheckpointError(f"{checkpoint} is not a sharded checkpoint (no piece files){hint}")
+    backend = manifest.get("run", {}).get("backend") or "cpu"
+    if backend != "cpu" and backend not in installed_backends():
+        raise CheckpointError(f"{checkpoint} was saved by backend '{backend}', which is not installed here; its "
+                              f"plugin reads its checkpoint format: install it (pip install acc-{backend})")
+    pm = assemble(flags={"backend": backend}).pm
     out.parent.mkdir(parents=True, exist_ok=True)
-    names = merge(pieces, out, prefix=f"model.{index}.")
-    click.echo(json.dumps({"out": str(out), "tensors": len(names), "from_pieces": len(pieces)}))
+    names = selection_caller(pm, "acc_merge_weights")(directory=checkpoint, manifest=manifest, index=index, out=out)
+    click.echo(json.dumps({"out": str(out), "tensors": len(names), "backend": backend}))

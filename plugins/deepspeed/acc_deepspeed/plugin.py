@@ -343,3 +343,37 @@ def acc_model_state_dict(ctx: sdk.RunContext, model: Any) -> dict:
         state = engine._zero3_consolidated_16bit_state_dict()  # gathered to the main process
         return {k: v.detach().cpu() for k, v in (state or {}).items()} if ctx.process_index == 0 else {}
     return {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
+
+
+@sdk.hookimpl
+def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> list[str]:
+    """The engine model's fp32 weights from DeepSpeed's ZeRO files (DeepSpeed's zero_to_fp32), read with the same
+    weights_only loading as load_state; a model prepared beside the engine was saved whole (model_<i>)."""
+    import torch
+    from deepspeed.utils import zero_to_fp32
+
+    files = manifest.get("files", {})
+    whole = f"model_{index}.safetensors"
+    if whole in files:
+        raise sdk.CheckpointError(f"{directory}: model #{index} was saved whole, not by the engine: "
+                                  f"{directory / whole} is its weights already")
+    if not any(name.startswith(SUBDIR + "/") for name in files):
+        raise sdk.CheckpointError(f"{directory}: holds no DeepSpeed engine state")
+    for name in files:
+        if name.startswith(SUBDIR + "/"):
+            sdk.verify(directory, manifest, name)  # every file DeepSpeed will read is the one acc wrote
+    allowed, plain_load = _allowed_globals(), torch.load
+
+    def safe_load(path: Any, map_location: Any = None, **_: Any) -> Any:
+        with torch.serialization.safe_globals(allowed):
+            return plain_load(path, map_location=map_location, weights_only=True)
+
+    with contextlib.redirect_stdout(None):  # zero_to_fp32 prints its progress
+        torch.load = safe_load
+        try:
+            state = zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint(str(directory / SUBDIR), tag=TAG)
+        finally:
+            torch.load = plain_load
+    state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    sdk.save_tensors(state, out)
+    return sorted(state)

@@ -220,7 +220,7 @@ def acc_save_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optim
 
     tensors = {}
     for i, model in enumerate(models):
-        tensors.update({f"model.{i}.{k}": v for k, v in model.state_dict().items()})
+        tensors.update({sdk.model_prefix(i) + k: v for k, v in model.state_dict().items()})
     written = []
     for i, opt in enumerate(optimizers):
         state = opt.state_dict()
@@ -259,11 +259,11 @@ def acc_load_checkpoint(ctx: sdk.RunContext, directory: Any, models: list, optim
     reader = sdk.ShardedReader([sdk.verify(directory, manifest, n) for n in names])
     for i, model in enumerate(models):
         current = model.state_dict()
-        missing = [k for k in current if f"model.{i}.{k}" not in reader.index]
+        missing = [k for k in current if sdk.model_prefix(i) + k not in reader.index]
         if missing:
             raise sdk.CheckpointError(f"{directory}: model #{i} has {len(missing)} tensor(s) the checkpoint lacks, "
                                        f"e.g. {', '.join(missing[:3])}")
-        model.load_state_dict({k: _local(reader.full(f"model.{i}.{k}"), v) for k, v in current.items()}, strict=True)
+        model.load_state_dict({k: _local(reader.full(sdk.model_prefix(i) + k), v) for k, v in current.items()}, strict=True)
     for i, opt in enumerate(optimizers):
         extras = sdk.load_object(sdk.verify(directory, manifest, GROUPS.format(index=i)))
         params = [p for g in opt.param_groups for p in g["params"]]

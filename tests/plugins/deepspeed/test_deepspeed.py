@@ -64,6 +64,22 @@ def test_save_model_gathers_zero3_weights_for_the_plain_model(tmp_path):
     assert all(p.abs().sum() > 0 for p in model.parameters())  # real weights, not empty ZeRO-3 placeholders
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_merge_weights_reads_the_zero_checkpoint_into_the_plain_model(tmp_path, stage):
+    """`acc merge-weights` on a deepspeed checkpoint: the backend that saved it reads DeepSpeed's ZeRO files
+    (acc_merge_weights); the result equals the weights save_model gathered at the same moment."""
+    acc_launch(tmp_path, [*DS, "--zero-stage", str(stage)], "layers.py",
+               ["--out", str(tmp_path / "o"), "--steps", "4", "--save", str(tmp_path / "ckpt"),
+                "--save-model", str(tmp_path / "m")])
+    merged_run = run([ACC, "merge-weights", str(tmp_path / "ckpt"), str(tmp_path / "merged.safetensors")], tmp_path,
+                     timeout=300)
+    assert merged_run.returncode == 0, merged_run.stderr
+    assert '"backend": "deepspeed"' in merged_run.stdout
+    merged, saved = load_file(str(tmp_path / "merged.safetensors")), load_file(str(tmp_path / "m" / "model.safetensors"))
+    assert sorted(merged) == sorted(saved)
+    assert all(torch.equal(merged[k].float(), saved[k].float()) for k in saved)
+
+
 def test_accumulation_boundaries_agree_with_acc(tmp_path):
     acc_launch(tmp_path, [*DS, "--zero-stage", "2", *ACC_SEMANTICS], "loop_semantics.py",
                ["--out", str(tmp_path / "acc"), "--batch", "4", "--accum", "3"])
