@@ -124,7 +124,15 @@ class LaunchCommand(click.Command):
         ctx.meta[_META_KEY] = assembly
         ctx.meta[_TRANSLATION_KEY] = translation
         ctx.meta[_META_KEY + ".params"] = [_option_for(s) for s in assembly.registry if s.flags]
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            owner = _backend_owning(exc.option_name, assembly.settings["backend"])
+            if owner is None:
+                raise
+            raise ConfigError(f"flag {exc.option_name} is a setting of the {owner} backend, but the backend is "
+                              f"{assembly.settings['backend']} ({assembly.settings.source('backend')}); "
+                              f"choose it with --backend {owner}") from None
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         params = super().get_params(ctx)  # includes --help, last
@@ -132,6 +140,23 @@ class LaunchCommand(click.Command):
         positional = [p for p in params if isinstance(p, click.Argument)]
         options = [p for p in params if not isinstance(p, click.Argument)]
         return options[:-1] + extra + options[-1:] + positional
+
+
+def _backend_owning(flag: str, current: str) -> str | None:
+    """The installed backend (other than `current`) whose settings include `flag`, if any (asked only when a
+    flag is unknown: each backend's launcher side is loaded, torch-free)."""
+    from ..plugins import installed_backends
+
+    for name in installed_backends():
+        if name == current:
+            continue
+        try:
+            registry = assemble(flags={"backend": name}).registry
+        except Exception:  # noqa: BLE001 - a backend that cannot load owns nothing here
+            continue
+        if any(flag in s.flags or flag == "--no-" + s.flags[0].lstrip("-") for s in registry if s.flags):
+            return name
+    return None
 
 
 def _assemble(translation: LaunchTranslation, value_flags: set[str]) -> Assembly:

@@ -124,6 +124,15 @@ def test_unknown_flag(script):
     assert result.exit_code == 2 and "No such option '--nprocs'" in result.output and "'--nproc'" in result.output
 
 
+@pytest.mark.parametrize("flags,owner", [(["--fsdp-strategy", "full"], "fsdp"), (["--no-fsdp-cpu-offload"], "fsdp"),
+                                         (["--backend", "ddp", "--zero-stage", "3"], "deepspeed")])
+def test_a_flag_of_a_backend_not_chosen_names_its_backend(script, flags, owner):
+    result = invoke("launch", *flags, "--dry-run", str(script))
+    assert result.exit_code == 2 and "No such option" not in result.output, result.output
+    assert f"is a setting of the {owner} backend" in result.output or f"sets the {owner} backend's" in result.output
+    assert f"--backend {owner}" in result.output
+
+
 def test_malformed_config_file(script, tmp_path):
     (tmp_path / "acc.toml").write_text('backend = "cpu"\nnproc = [\n')
     result = invoke("launch", str(script))
