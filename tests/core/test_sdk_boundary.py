@@ -65,3 +65,12 @@ def test_the_backend_template_imports_only_the_sdk():
     source = (ROOT / "core" / "templates" / "backend" / "acc_NAME" / "plugin.py.tmpl").read_text()
     source = source.replace("{{", "{").replace("}}", "}").replace("{hookspec_version}", "2")
     assert {m for _, m in acc_imports(source)} == {"acc.backend"}
+
+
+def test_importing_the_sdk_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, acc.backend as sdk; sdk.Capabilities; sdk.hookimpl; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
