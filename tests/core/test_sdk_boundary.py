@@ -1,6 +1,6 @@
 """The repo's plugins use acc only through its public contracts: a backend or cross-cutting plugin (entry-point
 groups acc.backends / acc.plugins) imports `acc.backend` and nothing else of acc; a tracker (acc.trackers) imports
-`acc.tracking`. The rest of the kernel can change without breaking them (the backend template is held to it too)."""
+`acc.tracking`; a cluster environment (acc.clusters) `acc.cluster`. The rest of the kernel can change without breaking them (the backend template is held to it too)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-ALLOWED = {"acc.backends": {"acc.backend"}, "acc.plugins": {"acc.backend"}, "acc.trackers": {"acc.tracking"}}
+ALLOWED = {"acc.backends": {"acc.backend"}, "acc.plugins": {"acc.backend"}, "acc.trackers": {"acc.tracking"},
+           "acc.clusters": {"acc.cluster"}}
 
 
 def _plugins() -> list[tuple[str, Path]]:
