@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 import pluggy
 
+from .cluster import ClusterEnvironment, setting_values
+from .cluster import check as check_cluster
 from .config import ConfigFile, find_config_files
 from .errors import ConfigError, PluginNotFoundError
 from .plugins import PluginInfo, build_plugin_manager, collect_settings
@@ -35,14 +37,16 @@ class Assembly:
     launched: bool = False  # True inside a worker started by `acc launch`
     detected: dict[str, Any] = field(default_factory=dict)  # what detection chose (backend, nproc)
     detection_line: str = ""  # the one line acc prints about it
+    cluster: ClusterEnvironment | None = None  # the scheduler that started this launch (acc launch only)
 
     def with_flags(self, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> "Assembly":
         """The same plugin set with settings resolved again from `flags` (which must not change the set)."""
         _check_flags(flags, self.registry)
         settings = resolve(self.registry, flags, os.environ if environ is None else environ, self.files,
-                           self.detected)
+                           self.detected, setting_values(self.cluster))
+        check_cluster(settings, self.cluster)
         return Assembly(settings, self.pm, self.infos, self.registry, self.files, self.launched, self.detected,
-                        self.detection_line)
+                        self.detection_line, self.cluster)
 
 
 def _check_flags(flags: Mapping[str, Any], registry: SettingsRegistry) -> None:
@@ -65,26 +69,31 @@ def assemble(
     config_file: str | None = None,
     pm: pluggy.PluginManager | None = None,
     detect: bool = False,
+    cluster: bool = False,
 ) -> Assembly:
-    """Resolve settings (flag > ACC_* env > project/--config-file > user file > default) and load plugins.
+    """Resolve settings (flag > ACC_* env > cluster > project/--config-file > user file > default), load plugins.
 
     With `detect` (acc launch, acc config), a backend nobody chose is picked by asking every installed backend
-    how well it fits this machine (source "detected"). With `pm` given (tests, embedding), that manager is used
-    as is and no plugin is loaded.
+    how well it fits this machine (source "detected"). With `cluster` (acc launch), the cluster-environment
+    plugins say whether a scheduler started this launch; its values are a source of their own, and a flag or
+    variable that contradicts them is an error. With `pm` given (tests, embedding), that manager is used as is
+    and no backend is loaded.
     """
     flags = dict(flags or {})
     environ = os.environ if environ is None else environ
     files = find_config_files(environ, cwd or Path.cwd(), config_file)
     detected: dict[str, Any] = {}
     line = ""
+    found = _cluster(flags, environ, files) if cluster else None
+    scheduler = setting_values(found)
     if pm is None:
-        core = resolve(_core_registry(), flags, environ, files)
+        core = resolve(_core_registry(), flags, environ, files, cluster=scheduler)
         if detect and core.is_default("backend"):
             from .detection import detect as run_detection
 
             best, line = run_detection(core, environ)
             detected = {"backend": best.backend, "nproc": best.nproc}
-            core = resolve(_core_registry(), flags, environ, files, detected)
+            core = resolve(_core_registry(), flags, environ, files, detected, scheduler)
         try:
             pm, infos = build_plugin_manager(core["backend"], core["plugins"])
         except PluginNotFoundError as exc:
@@ -97,8 +106,19 @@ def assemble(
     for cfg in files:
         cfg.check_keys(registry, loaded)
     _check_flags(flags, registry)
-    settings = resolve(registry, flags, environ, files, detected)
-    return Assembly(settings, pm, infos, registry, files, detected=detected, detection_line=line)
+    settings = resolve(registry, flags, environ, files, detected, scheduler)
+    check_cluster(settings, found)
+    return Assembly(settings, pm, infos, registry, files, detected=detected, detection_line=line, cluster=found)
+
+
+def _cluster(flags: Mapping[str, Any], environ: Mapping[str, str], files: list[ConfigFile]
+             ) -> ClusterEnvironment | None:
+    """The active cluster environment (plugins blocked with -p no:NAME are not asked)."""
+    from .cluster import detect as detect_cluster
+    from .plugins import split_plugin_specs
+
+    plugins = resolve(_core_registry(), flags, environ, files)["plugins"]
+    return detect_cluster(environ, blocked=split_plugin_specs(plugins)[1])
 
 
 def assemble_worker(

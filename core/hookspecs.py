@@ -22,12 +22,13 @@ receive `ctx` (a `RunContext`) and run inside each training process.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager, Mapping
 
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .capabilities import Capabilities
+    from .cluster import ClusterEnvironment
     from .communicator import Communicator
     from .context import ProcessInfo, RunContext
     from .detection import Detection
@@ -145,6 +146,26 @@ def acc_env_report(settings: "ResolvedSettings") -> dict[str, str] | None:
     **Kind**: broadcast.
     **Called by**: ``acc env``, in the launcher process; may import torch or the plugin's library.
     **Default**: cpu reports torch's version and the CPU/CUDA devices torch sees.
+    """
+
+
+@hookspec
+def acc_cluster_environment(environ: "Mapping[str, str]", hostname: str) -> "ClusterEnvironment | None":
+    """Say whether this plugin's scheduler started this process, and what it knows about the launch.
+
+    :param environ: the launcher's environment variables (read them here, never ``os.environ``: tests pass
+        recorded environments).
+    :param hostname: this machine's host name (``socket.gethostname()``), for schedulers that list hosts.
+    :return: an ``acc.cluster.ClusterEnvironment`` (machines, this machine's rank, main address and port, and,
+        where the scheduler started every process itself, processes per machine and this process's ranks), or
+        None when the scheduler is not active. Raise ``acc.cluster.ClusterError`` when its variables are there
+        but describe no launch (say which variables, what they held, and the fix).
+
+    **Kind**: broadcast, over the cluster-environment plugins only (entry-point group ``acc.clusters``); the
+    active answer of highest ``precedence`` is used, and its values become the settings source between ``ACC_*``
+    variables and config files (flag > env > cluster > file > default); a flag that contradicts it is an error.
+    **Called by**: ``acc launch`` (and ``--dry-run``), in the launcher, before settings are resolved; torch-free.
+    **Default**: none: acc-core knows no scheduler (acc-clusters provides slurm, kubeflow, lsf and mpi).
     """
 
 

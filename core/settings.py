@@ -1,4 +1,5 @@
-"""Settings: declared by the kernel and by plugins, resolved flag > ACC_* env > project file > user file > default.
+"""Settings: declared by the kernel and by plugins, resolved flag > ACC_* env > cluster > project file > user file >
+default (cluster: what the scheduler that started this launch knows, see `acc.cluster`).
 
 Every setting has one declaration (`Setting`), one converter, and one place its value came from (its
 source), so `acc launch --dry-run` and error messages can say where a value was set. Torch-free.
@@ -253,10 +254,14 @@ def resolve(
     environ: Mapping[str, str],
     files: "Sequence[ConfigFile]" = (),
     detected: Mapping[str, Any] | None = None,
+    cluster: Mapping[str, tuple[Any, str]] | None = None,
 ) -> ResolvedSettings:
-    """Resolve every registered setting: flag > ACC_* env > config files in the order given > detected > default.
+    """Resolve every registered setting: flag > ACC_* env > cluster > config files in the order given > detected >
+    default.
 
-    `flags` maps setting names to raw values that were given on the command line (absent = not given).
+    `flags` maps setting names to raw values that were given on the command line (absent = not given). `cluster`
+    maps setting names to (value, source) from the active cluster environment (`acc.cluster.setting_values`): the
+    scheduler knows this launch's allocation, which a file written beforehand does not.
     Raises ConfigError naming the flag, variable or file line of the first bad value.
     """
     values: dict[str, Any] = {}
@@ -268,6 +273,8 @@ def resolve(
             where = f"flag {setting.flags[0]}" if setting.flags else f"argument {setting.name}"
         elif setting.env_var in environ:
             raw, where = environ[setting.env_var], f"env {setting.env_var}"
+        elif cluster and setting.name in cluster:
+            raw, where = cluster[setting.name]
         else:
             for cfg in files:
                 found, raw = cfg.lookup(setting)

@@ -163,18 +163,19 @@ def _assemble(translation: LaunchTranslation, value_flags: set[str]) -> Assembly
     """The assembly the translated arguments choose (backend, plugins, config file, processes)."""
     peeked = _peek(translation.args, value_flags)
     flags = {k: v for k, v in peeked.items() if k != "config_file"}
-    translation.nproc = _processes(translation, peeked.get("config_file"))
+    translation.nproc = _processes(translation, peeked.get("config_file"), flags)
     if translation.nproc is not None:
         flags["nproc"] = str(translation.nproc[0])
     try:
-        return assemble(flags=flags, config_file=peeked.get("config_file"), detect=True)
+        return assemble(flags=flags, config_file=peeked.get("config_file"), detect=True, cluster=True)
     except PluginNotFoundError as exc:
         typed = translation.typed.get("--backend", "--backend")
         raise PluginNotFoundError(str(exc).replace("(backend from flag --backend)", f"(backend from flag {typed})")) \
             from None
 
 
-def _processes(translation: LaunchTranslation, config_file: str | None) -> tuple[int, str] | None:
+def _processes(translation: LaunchTranslation, config_file: str | None, peeked: dict[str, Any]
+               ) -> tuple[int, str] | None:
     """(processes per machine, source) where Accelerate's meaning decides them, else None:
 
     --num_processes N (or an Accelerate config's num_processes, when num_machines comes from elsewhere) is the
@@ -182,7 +183,8 @@ def _processes(translation: LaunchTranslation, config_file: str | None) -> tuple
     per visible GPU, as `accelerate launch` does.
     """
     from .. import accelerate_compat
-    from ..assembly import _core_registry
+    from ..assembly import _cluster, _core_registry
+    from ..cluster import setting_values
     from ..config import find_config_files
     from ..settings import resolve
 
@@ -192,7 +194,8 @@ def _processes(translation: LaunchTranslation, config_file: str | None) -> tuple
     if raw is not None:
         flags["num_machines"] = _converted(registry["num_machines"], raw, translation.typed.get("--num-machines"))
     files = find_config_files(os.environ, Path.cwd(), config_file)
-    core = resolve(registry, flags, os.environ, files)
+    scheduler = setting_values(_cluster(peeked, os.environ, files))  # the scheduler's machine count counts too
+    core = resolve(registry, flags, os.environ, files, cluster=scheduler)
     machines = core["num_machines"]
     source = core.source("num_machines")
     if raw is not None:
@@ -201,7 +204,7 @@ def _processes(translation: LaunchTranslation, config_file: str | None) -> tuple
         total, flag = translation.total_processes, translation.total_flag
         per = accelerate_compat.per_machine(total, machines, f"flag {flag}", source)
         return per, f"flag {flag}" + (f" ({total} over {machines} machines)" if machines > 1 else "")
-    if "--nproc" in translation.values or "ACC_NPROC" in os.environ:
+    if "--nproc" in translation.values or "ACC_NPROC" in os.environ or "nproc" in scheduler:
         return None
     nproc_setting = registry["nproc"]
     first = next((f for f in files if f.lookup(nproc_setting)[0]), None)
@@ -263,7 +266,8 @@ Accelerate's spellings (underscores or dashes) work with Accelerate's meaning:
 LAUNCH_HELP = """Run SCRIPT (or -m MODULE) on the chosen backend.
 
 \b
-Settings come from, in order: flags > ACC_* environment variables > the project
+Settings come from, in order: flags > ACC_* environment variables > the cluster
+that started this launch (SLURM, Kubeflow, LSF, mpirun: see acc plugins) > the project
 file ./acc.toml (or --config-file) > the user file ~/.config/acc/config.toml > defaults.
 A backend's own options are listed by: acc launch --backend NAME --help
 """
@@ -304,6 +308,10 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
         return
     for note in notes:
         click.echo(f"acc: note: {note}", err=True)
+    from ..launch import preflight
+
+    if preflight.needed(plan):
+        click.echo(f"acc launch: {preflight.run(plan, assembly.settings, assembly.cluster)}", err=True)
     env = orchestrate.worker_environment(assembly, plan)
     run_dir = orchestrate.record_run(assembly, plan, target)
     if run_dir is not None:
@@ -327,7 +335,8 @@ def resolved_assembly(ctx: click.Context, setting_values: dict[str, Any], config
     chosen = assembly.settings
     if assembly.detected or flags.get("backend", chosen["backend"]) != chosen["backend"] or \
             list(flags.get("plugins", chosen["plugins"])) != chosen["plugins"]:  # (detection weighs every flag)
-        result = assemble(flags=flags, config_file=config_file, detect=True)  # the peek missed a choice: start over
+        result = assemble(flags=flags, config_file=config_file, detect=True,  # the peek missed a choice: start over
+                          cluster=True)
     else:
         result = assembly.with_flags(flags)
     _mark_sources(result.settings.sources, flags, result.registry, translation)
@@ -372,6 +381,7 @@ def settings_lines(assembly: Assembly) -> list[str]:
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
+    from ..launch import preflight
     from ..launch.orchestrate import capabilities as orchestrate_capabilities
     from ..tracking import describe_setting
 
@@ -404,11 +414,18 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
         rdzv = plan.rendezvous
         rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"
                      + (f" ({rdzv.why})" if rdzv.why else "")))
-        if plan.num_machines > 1:
+        if plan.engine == "task":
+            rows.append(("rank 0", f"the main process: the task with RANK 0 ({assembly.cluster.name} started it); "
+                                   f"this process is rank {plan.env.get('RANK')}"))
+        elif plan.num_machines > 1:
             rows.append(("rank 0", "the main process: " + rdzv.main_machine(plan.nproc_per_machine)))
             rows.append(("joining", f"every machine joins within {rdzv.timeout:g} s (--rdzv-timeout) or the launch "
                                     "fails naming the missing ones; a machine lost later stops the others within "
                                     "15 s"))
+        if preflight.needed(plan):
+            rows.append(("checks", preflight.planned(plan, s, assembly.cluster)))
+    if assembly.cluster is not None:
+        rows.append(("cluster", assembly.cluster.describe()))
     if plan.max_restarts:
         rows.append(("restarts", str(plan.max_restarts)))
     if plan.engine == "elastic":
@@ -424,7 +441,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     extra = environment_additions(plan)
     if extra:
         lines.append("worker environment additions: " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())))
-    for note in plan.notes:
+    for note in plan.notes + list(assembly.cluster.notes if assembly.cluster else ()):
         lines.append(f"note: {note}")
     return "\n".join(lines)
 

@@ -56,20 +56,50 @@ def _describe_tracker(info: PluginInfo) -> dict:
     return row
 
 
+def _mark_active(rows: list[dict]) -> None:
+    """Say, on each cluster environment's row, whether its scheduler started this shell (and as what)."""
+    import os
+
+    from ..cluster import cluster_manager, detect
+
+    names = [r["name"] for r in rows if "error" not in r]
+    try:
+        found = detect(os.environ, pm=cluster_manager(blocked=[r["name"] for r in rows if "error" in r]))
+    except AccError as exc:
+        for r in rows:
+            r.setdefault("active", f"cannot tell: {exc}")
+        return
+    for r in rows:
+        if r["name"] not in names:
+            continue
+        if found is not None and found.name == r["name"]:
+            r["active"] = f"yes: {found.label}"
+        elif found is not None and any(a.startswith(r["name"] + " ") for a in found.also_active):
+            r["active"] = f"yes, but not used: {found.name} is more specific"
+        else:
+            r["active"] = "no"
+
+
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json: bool) -> None:
-    """List installed backends (entry points 'acc.backends'), plugins ('acc.plugins') and trackers
-    ('acc.trackers')."""
+    """List installed backends (entry points 'acc.backends'), plugins ('acc.plugins'), cluster environments
+    ('acc.clusters') and trackers ('acc.trackers')."""
     from ..tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
 
+    from ..cluster import CLUSTER_GROUP, installed_clusters
+
     rows = [_describe(i) for i in installed_backends().values()] + [_describe(i) for i in installed_plugins().values()]
+    clusters = [_describe(i) for i in installed_clusters().values()]
+    _mark_active(clusters)
+    rows += clusters
     trackers = [_describe_tracker(i) for i in installed_trackers().values()]
     rows += trackers
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
-        for title, group in (("backends", "acc.backends"), ("plugins", "acc.plugins")):
+        for title, group in (("backends", "acc.backends"), ("plugins", "acc.plugins"),
+                             ("cluster environments", CLUSTER_GROUP)):
             members = [r for r in rows if r["group"] == group]
             click.echo(f"{title} (entry-point group {group}):" + ("" if members else " none installed"))
             for r in members:
@@ -85,6 +115,8 @@ def plugins(as_json: bool) -> None:
                 if "warning" in r:
                     click.echo(f"    WARNING   {r['warning']}")
                 click.echo(f"    hooks     {', '.join(h[4:] for h in r['hooks'])}")
+                if "active" in r:
+                    click.echo(f"    active    {r['active']}")
         click.echo(f"trackers (entry-point group {TRACKER_GROUP}; choose with log_with=NAME, --log-with NAME or all):")
         for r in trackers:
             tag = ", builtin" if r["name"] == BUILTIN_TRACKER else ""

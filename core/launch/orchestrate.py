@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from .. import cluster
 from ..assembly import LAUNCH_ENV, Assembly
 from ..capabilities import Capabilities
 from ..errors import LaunchError, ValidationError
@@ -21,6 +22,7 @@ EXECUTORS = {
     "process": "acc.launch.process",
     "elastic": "acc.launch.elastic",
     "pjrt": "acc.launch.pjrt",
+    "task": "acc.launch.process",  # one process the scheduler started: it becomes the worker (exec), as `process`
 }
 
 
@@ -36,6 +38,7 @@ def validate(assembly: Assembly) -> None:
                     f"is not installed; install it with: pip install {info.distribution}  (it depends on it)"
                 )
     problems.extend(_kernel_problems(assembly.settings))
+    problems.extend(cluster.kernel_problems(assembly.settings, assembly.cluster))
     problems.extend(_capability_problems(assembly))
     for answer in assembly.pm.hook.acc_validate(settings=assembly.settings):
         problems.extend(answer or [])
@@ -103,7 +106,10 @@ def make_plan(assembly: Assembly) -> LaunchPlan:
     problems = plan.problems()
     if problems:
         raise LaunchError(f"backend '{backend}' returned a malformed launch plan: " + "; ".join(problems))
-    check_port(plan, assembly.settings)
+    if assembly.cluster is not None and assembly.cluster.per_process:
+        plan = cluster.task_plan(plan, assembly.cluster, assembly.settings)
+    if not (assembly.cluster is not None and assembly.cluster.store_ready):
+        check_port(plan, assembly.settings)
     return plan
 
 
@@ -114,8 +120,12 @@ def check_port(plan: LaunchPlan, settings: Mapping) -> None:
     port = settings["main_process_port"]
     if plan.rendezvous is None or port is None or plan.machine_rank != 0:
         return
+    if plan.engine == "task" and plan.env.get("RANK") != "0":
+        return  # one task per process: only rank 0 hosts the store (its neighbours must not probe the port)
     host = (plan.rendezvous.endpoint or "").rsplit(":", 1)[0] or "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as the store binds: a port whose last connections still linger (TIME_WAIT) is free, one listened on is not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("" if host not in ("127.0.0.1", "localhost") else host, port))
         except OSError as exc:

@@ -11,6 +11,7 @@ ENGINES = {
     "process": "one plain Python process",
     "elastic": "torch's elastic agent (torch.distributed.run)",
     "pjrt": "torch_xla's PJRT launcher",
+    "task": "this process, one of the run's processes that a scheduler started (no agent: it becomes the worker)",
 }
 
 

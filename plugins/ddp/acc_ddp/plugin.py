@@ -48,6 +48,9 @@ def acc_detect(settings: Any) -> Any:
         return sdk.Detection(NAME, 50, cuda, f"{cuda} CUDA devices found")
     if settings["nproc"] > 1 and not settings.is_default("nproc"):
         return sdk.Detection(NAME, 20, settings["nproc"], f"{settings['nproc']} processes asked for")
+    if settings["num_machines"] > 1:  # e.g. from a scheduler (srun across nodes)
+        return sdk.Detection(NAME, 20, settings["nproc"], f"{settings['num_machines']} machines (from "
+                             f"{settings.source('num_machines')})")
     return None
 
 
