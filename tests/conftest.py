@@ -17,11 +17,16 @@ ACC = str(Path(sys.executable).parent / "acc")
 PASSTHROUGH = {k: os.environ[k] for k in ("ACC_START_METHOD",) if k in os.environ}
 
 
+# what a scheduler sets (a suite run inside a SLURM job, a pod or under mpirun must not take it for the launch's)
+SCHEDULER_PREFIXES = ("SLURM_", "PET_", "OMPI_", "PMI_", "PMIX_", "LSB_", "MPI_LOCAL")
+
+
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """os.environ without ACC_* variables or launcher variables, with a private user config dir."""
+    """os.environ without ACC_* variables, launcher or scheduler variables, with a private user config dir."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACC_", "TORCHELASTIC_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                                     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+           if not k.startswith(("ACC_", "TORCHELASTIC_", *SCHEDULER_PREFIXES))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                         "GROUP_RANK")}
     env["ACC_CONFIG_HOME"] = str(tmp_path / "user-config")
     env.update(PASSTHROUGH)
     env.update(extra)
@@ -32,7 +37,8 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test runs in its own cwd, with no ACC_* variables and an empty user config dir."""
     for key in list(os.environ):
-        if key.startswith("ACC_") or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if key.startswith(("ACC_", *SCHEDULER_PREFIXES)) or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                    "MASTER_PORT"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("ACC_CONFIG_HOME", str(tmp_path / "user-config"))
     for key, value in PASSTHROUGH.items():

@@ -2,7 +2,7 @@
 
     acc launch ... --num-machines 2 --machine-rank K machines.py --out DIR [--mode run|sleep] [--steps N]
 Every rank writes DIR/rank<R>.json (its global rank, the --machine-rank of its launcher, its pid, its launcher's
-pid) before training. run: N all-reduces; sleep: one all-reduce, then an hour without any collective; loop: an all-reduce
+pid, its parent's name) before training. run: N all-reduces; sleep: one all-reduce, then an hour without any collective; loop: an all-reduce
 every 50 ms for ever; raise: rank 2 raises after the first all-reduce.
 """
 
@@ -29,7 +29,8 @@ def main() -> None:
     dump(args.out, accelerator.process_index, {
         "rank": accelerator.process_index, "world": accelerator.num_processes,
         "machine_rank": launch["machine_rank"], "local_rank": accelerator.local_process_index,
-        "pid": os.getpid(), "launcher": os.getppid(), "main": accelerator.is_main_process, "sum": total.item()})
+        "pid": os.getpid(), "launcher": os.getppid(), "main": accelerator.is_main_process, "sum": total.item(),
+        "parent": open(f"/proc/{os.getppid()}/comm").read().strip()})
     if args.mode == "sleep":
         time.sleep(3600)
     if args.mode == "raise" and accelerator.process_index == 2:  # the first process of machine 1
