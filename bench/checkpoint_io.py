@@ -8,8 +8,8 @@ from common import ACC, WORKLOADS, Result, bench_line, env_for_bench
 def run(repeats: int) -> list[Result]:
     out = bench_line([ACC, "launch", "--output-dir", "", str(WORKLOADS / "checkpoint_io.py"), str(repeats)],
                      env_for_bench())
-    note = (f"{out['params_mb']:.0f} MB of parameters + AdamW state; acc also hashes every file (sha256), "
-            "fsyncs and renames atomically, and loading verifies the hashes")
+    note = (f"{out['params_mb']:.0f} MB of parameters + AdamW state; acc also hashes every file (BLAKE3, while "
+            "writing it), fsyncs each file and the directory, renames atomically, and loading verifies the hashes")
     return [
         Result("checkpoint save", "acc save_state", "torch.save", out["acc_save"], out["torch_save"], "s", repeats,
                note),

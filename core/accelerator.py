@@ -731,6 +731,9 @@ class Accelerator(CollectivesMixin, SavingMixin):
         """Finish the trackers and release the backend's resources (process groups); call once at the end."""
         if self._tracking is not None:
             self._tracking.finish()
+        from .checkpoint import finish_removals
+
+        finish_removals()  # replaced checkpoints deleted in the background are gone when training ends
         self._runtime.teardown()
 
     def __deepcopy__(self, memo: dict) -> "Accelerator":

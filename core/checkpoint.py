@@ -3,8 +3,9 @@
 Protocol of `save_state(dir)`:
 1. the main process creates `<parent>/.<name>.tmp-<id>` and tells the others;
 2. the backend (`acc_save_checkpoint`) and the kernel write their files there, each process its own;
-3. every process hashes what it wrote; the main process writes `manifest.json` (files, sizes,
-   sha256, the run's configuration) and renames the directory to `<name>` in one atomic step.
+3. every process reports the size and checksum of what it wrote (computed while writing, hashed_io.py; each file
+   is fsynced once); the main process writes `manifest.json` (files, sizes, checksums, the run's configuration),
+   fsyncs the directory and renames it to `<name>` in one atomic step (then fsyncs the parent).
 A process killed before step 3 leaves only a `.tmp-` directory, which nothing ever loads.
 
 Loading checks every file against the manifest (missing, truncated, altered) before reading it, and
@@ -16,7 +17,7 @@ temporary directory is removed, nothing is published, and every process raises; 
 CheckpointError naming the directory, the bytes needed and the bytes free.
 
 Which checkpoint `load_state()` loads with automatic naming (the fallback rule): the newest `checkpoint_<i>`
-whose manifest is valid and whose files all verify (present, full size, same sha256) on every process. A newer
+whose manifest is valid and whose files all verify (present, full size, same checksum) on every process. A newer
 one that fails is skipped with a warning naming it, the file and the reason; if none verifies, the error lists
 each one and why. An explicitly named checkpoint that fails is an error: nothing is loaded.
 """
@@ -24,12 +25,12 @@ each one and why. An explicitly named checkpoint that fails is an error: nothing
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import random
 import re
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,12 @@ from typing import Any
 
 import torch
 
+from . import hashed_io
 from .errors import AccError
 
 MANIFEST = "manifest.json"
-FORMAT = "acc-checkpoint/1"
+FORMAT = "acc-checkpoint/2"  # /2: file checksums are BLAKE3 ("blake3"); /1 (acc 0.1) recorded sha256
+FORMATS = ("acc-checkpoint/1", FORMAT)  # what loading reads
 AUTO_PREFIX = "checkpoint_"
 
 
@@ -106,16 +109,35 @@ def automatic_checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 
 def publish(tmp: Path, final: Path) -> None:
-    """Make `tmp` visible as `final` atomically (an existing `final` is replaced, then removed)."""
-    _fsync_dir(tmp)
+    """Make `tmp` visible as `final` atomically (an existing `final` is replaced, then removed in the background)."""
+    _fsync_dir(tmp)  # the files' directory entries (each file was fsynced when written)
     old = None
     if final.exists():
         old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:12]}"
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    _fsync_dir(final.parent)  # the rename
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_later(old)
+
+
+_removals: list[threading.Thread] = []
+
+
+def remove_later(directory: Path) -> None:
+    """Delete a hidden directory (a replaced or retired checkpoint) on a background thread: nothing loads it, and
+    deleting hundreds of MB takes a while. The thread is not a daemon, so the process waits for it at exit;
+    `finish_removals` waits for it earlier (the next save_state, end_training)."""
+    thread = threading.Thread(target=shutil.rmtree, args=(directory,), kwargs={"ignore_errors": True},
+                              name="acc-remove-checkpoint")
+    thread.start()
+    _removals.append(thread)
+
+
+def finish_removals() -> None:
+    """Wait until the directories given to `remove_later` in this process are deleted."""
+    while _removals:
+        _removals.pop().join()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -137,8 +159,9 @@ def retire(directory: Path) -> None:
     try:
         os.replace(directory, hidden)
     except OSError:
-        hidden = directory
-    shutil.rmtree(hidden, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    remove_later(hidden)
 
 
 def remove_stale_temporaries(root: Path, upto: int) -> list[Path]:
@@ -196,32 +219,32 @@ def disk_full_message(final: Path, tmp: Path, file: str, needed: int, how: str, 
 # ------------------------------------------------------------------------------------------ files
 
 
-def digest(path: Path, sync: bool = False) -> dict[str, Any]:
-    """Size and sha256 of a file (what the manifest records); with `sync`, also flush it to disk."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fp:
-        for block in iter(lambda: fp.read(1 << 22), b""):
-            h.update(block)
-        if sync:
-            os.fsync(fp.fileno())
-    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+def digest(path: Path, sync: bool = False, algorithm: str = hashed_io.ALGORITHM) -> dict[str, Any]:
+    """Size and checksum of a file (what the manifest records); with `sync`, also flush it to disk."""
+    size = path.stat().st_size
+    return {"size": size, algorithm: hashed_io.hash_file(path, algorithm, sync)}
 
 
-def digest_many(directory: Path, names: list[str], sync: bool = False) -> dict[str, dict[str, Any]]:
-    """`digest` of several files at once (hashlib releases the GIL: the files are hashed in parallel)."""
+def digest_many(directory: Path, names: list[str], sync: bool = False,
+                record: dict[str, dict[str, Any]] | None = None,
+                algorithm: str = hashed_io.ALGORITHM) -> dict[str, dict[str, Any]]:
+    """`digest` of several files (hashed in parallel threads). A file in `record` (hashed and fsynced while it was
+    written, and unchanged since) is not read again."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if len(names) <= 1:
-        return {name: digest(directory / name, sync) for name in names}
-    with ThreadPoolExecutor(max_workers=min(4, len(names), os.cpu_count() or 1)) as pool:
-        results = pool.map(lambda n: digest(directory / n, sync), names)
-        return dict(zip(names, results))
+    known = {n: hashed_io.recorded(record, directory / n) for n in names} if record else {}
+    todo = [n for n in names if known.get(n) is None]
+    if len(todo) <= 1:
+        found = {name: digest(directory / name, sync, algorithm) for name in todo}
+    else:
+        with ThreadPoolExecutor(max_workers=min(4, len(todo), os.cpu_count() or 1)) as pool:
+            found = dict(zip(todo, pool.map(lambda n: digest(directory / n, sync, algorithm), todo)))
+    return {n: known.get(n) or found[n] for n in names}
 
 
-def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Write a flat dict of tensors as safetensors (shared storage is copied: safetensors needs that)."""
-    from safetensors.torch import save_file
-
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """Write a flat dict of tensors as safetensors (shared storage is copied: safetensors needs that). Inside
+    `save_state` the file is hashed while written and fsynced once (hashed_io.py)."""
     seen: set[tuple[int, int]] = set()
     out = {}
     for name, t in tensors.items():
@@ -231,7 +254,12 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
             t = t.clone().contiguous()
         seen.add(key)
         out[name] = t.cpu() if t.device.type != "cpu" else t
-    save_file(out, str(path))
+    if hashed_io.writable_natively(out):
+        hashed_io.write_safetensors(out, Path(path), metadata)
+        return
+    from safetensors.torch import save_file  # a dtype acc does not lay out itself: hashed after writing
+
+    save_file(out, str(path), metadata=metadata)
 
 
 def load_tensors(path: Path, device: Any = "cpu") -> dict[str, torch.Tensor]:
@@ -248,7 +276,13 @@ def save_object(obj: Any, path: Path) -> None:
     """Write tensors (moved to the CPU, so the file loads on any device) and plain data with torch.save."""
     from .ops import apply
 
-    torch.save(apply(lambda t: t.detach().cpu() if t.device.type != "cpu" else t, obj), path)
+    obj = apply(lambda t: t.detach().cpu() if t.device.type != "cpu" else t, obj)
+    if not hashed_io.is_recording():
+        torch.save(obj, path)
+        return
+    with hashed_io.HashedFile(path) as out:  # inside save_state: hashed while torch.save writes, fsynced once
+        hashed_io.torch_save(obj, out)
+        out.close()
 
 
 def load_object(path: Path, map_location: Any = "cpu") -> Any:
@@ -273,6 +307,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint {directory} does not exist")
+    _confine().inside(directory, MANIFEST)  # a manifest.json that links out of the checkpoint is refused
     if not path.is_file():
         raise CheckpointError(f"{directory} is not a complete acc checkpoint: it has no {MANIFEST} "
                               "(a checkpoint written by acc gets one when it is complete)")
@@ -280,9 +315,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
     except (ValueError, OSError, RecursionError) as exc:
         raise CheckpointError(f"{path}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
         raise CheckpointError(f"{path}: not an acc checkpoint manifest (format {manifest.get('format')!r}, "
-                              f"expected {FORMAT!r})" if isinstance(manifest, dict) else
+                              f"expected one of {', '.join(map(repr, FORMATS))})" if isinstance(manifest, dict) else
                               f"{path}: not an acc checkpoint manifest (a JSON {type(manifest).__name__}, expected "
                               "an object)")
     problem = manifest_problem(manifest)
@@ -291,26 +326,27 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")  # sha256 and blake3 (its default 32-byte output)
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
     """What is wrong with a manifest's structure (None: nothing): the files it lists (safe relative names, sizes,
     checksums), the run record and the step."""
     files = manifest.get("files")
+    expected = "blake3" if manifest.get("format") == FORMAT else "sha256"
     if not isinstance(files, dict):
-        return f"'files' must map file names to their size and sha256, got {type(files).__name__}"
+        return f"'files' must map file names to their size and {expected}, got {type(files).__name__}"
     for name, entry in files.items():
         parts = name.replace("\\", "/").split("/")
         if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
             return f"file name {name!r} is not a plain name inside the checkpoint"
         if not isinstance(entry, dict):
-            return f"the entry of {name!r} must be an object with size and sha256, got {type(entry).__name__}"
-        size, sha = entry.get("size"), entry.get("sha256")
+            return f"the entry of {name!r} must be an object with size and {expected}, got {type(entry).__name__}"
+        size, sha = entry.get("size"), entry.get(expected)
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 2**63:
             return f"the size of {name!r} must be a byte count, got {size!r}"[:300]
-        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
-            return f"the sha256 of {name!r} must be 64 hex digits, got {sha!r}"[:300]
+        if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
+            return f"the {expected} of {name!r} must be 64 hex digits, got {sha!r}"[:300]
     run = manifest.get("run", {})
     if not isinstance(run, dict) or not isinstance(run.get("processes", {}), dict):
         return "'run' must be an object (the run's record) with 'processes' an object"
@@ -334,11 +370,17 @@ def verify_all(directory: Path, manifest: dict[str, Any], names: list[str]) -> N
 
 def verify_ahead(directory: Path, manifest: dict[str, Any], names: list[str]) -> None:
     """Check several files at once (in parallel); later `verify` calls for them cost nothing."""
-    present = [n for n in names if n in manifest.get("files", {}) and (directory / n).is_file()
+    present = [n for n in names if n in manifest.get("files", {}) and _confine().problem(directory, n) is None
+               and (directory / n).is_file()
                and (directory / n).stat().st_size == manifest["files"][n]["size"]]
     verified = manifest.setdefault("_verified", {})
-    for name, found in digest_many(directory, present).items():
-        verified[name] = found["sha256"]
+    for name, found in digest_many(directory, present, algorithm=_algorithm(manifest)).items():
+        verified[name] = found[_algorithm(manifest)]
+
+
+def _algorithm(manifest: dict[str, Any]) -> str:
+    """The checksum a manifest's entries carry: blake3 from format /2 on, sha256 in /1."""
+    return "sha256" if manifest.get("format") == FORMATS[0] else hashed_io.ALGORITHM
 
 
 def verify(directory: Path, manifest: dict[str, Any], name: str) -> Path:
@@ -348,14 +390,16 @@ def verify(directory: Path, manifest: dict[str, Any], name: str) -> Path:
     if entry is None:
         raise CheckpointError(f"{path}: not listed in {directory / MANIFEST}; the checkpoint does not match "
                               "what is being loaded (different models/optimizers, or another backend?)")
+    _confine().inside(directory, name, directory / MANIFEST)  # only regular files inside the checkpoint are read
     if not path.is_file():
         raise CheckpointError(f"{path}: missing (listed in the manifest)")
     size = path.stat().st_size
     if size != entry["size"]:
         raise CheckpointError(f"{path}: truncated or altered: {size} bytes, the manifest says {entry['size']}")
+    algorithm = _algorithm(manifest)
     known = manifest.get("_verified", {}).get(name)
-    if (known or digest(path)["sha256"]) != entry["sha256"]:
-        raise CheckpointError(f"{path}: corrupt: its sha256 differs from the manifest's")
+    if (known or hashed_io.hash_file(path, algorithm)) != entry.get(algorithm):
+        raise CheckpointError(f"{path}: corrupt: its {algorithm} checksum differs from the manifest's")
     return path
 
 
@@ -399,3 +443,10 @@ def _plain(x: Any) -> Any:
 
 def _tuples(x: Any) -> Any:
     return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
+
+
+def _confine() -> Any:
+    """acc.confine: entries are read only when they are regular files inside the checkpoint (no links out)."""
+    from . import confine
+
+    return confine

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from . import checkpoint as ckpt
+from . import hashed_io
 from . import manifest as run_manifest
 from .checkpoint import CheckpointError
 
@@ -108,6 +109,7 @@ class SavingMixin:
             final = config.checkpoints_dir / f"{ckpt.AUTO_PREFIX}{config.iteration}"
         else:
             final = Path(output_dir)
+        ckpt.finish_removals()  # the previous save's replaced checkpoint is deleted before this one is written
         models = self._models_to_save(final)
         tmp, problem = None, None
         if self.is_main_process:
@@ -128,22 +130,25 @@ class SavingMixin:
         error: BaseException | None = None
         current = "the backend's model and optimizer files"
         try:
-            written = list(self._hooks.acc_save_checkpoint(
-                ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
-                optimizers=[o.optimizer for o in self._optimizers]) or [])
-            current = RNG_FILE.format(rank=self.process_index)
-            ckpt.save_object(ckpt.rng_state(), tmp / current)
-            written.append(current)
-            if self.is_main_process:
-                current = KERNEL_STATE
-                ckpt.save_object(self._kernel_state(len(models)), tmp / KERNEL_STATE)
-                written.append(KERNEL_STATE)
-                for i, obj in enumerate(self._custom_objects):
-                    current = CUSTOM_FILE.format(index=i)
-                    ckpt.save_object(obj.state_dict(), tmp / current)
-                    written.append(current)
+            with hashed_io.recording() as record:  # files written through the SDK are hashed and fsynced as written
+                written = list(self._hooks.acc_save_checkpoint(
+                    ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
+                    optimizers=[o.optimizer for o in self._optimizers]) or [])
+                current = RNG_FILE.format(rank=self.process_index)
+                ckpt.save_object(ckpt.rng_state(), tmp / current)
+                written.append(current)
+                if self.is_main_process:
+                    current = KERNEL_STATE
+                    ckpt.save_object(self._kernel_state(len(models)), tmp / KERNEL_STATE)
+                    written.append(KERNEL_STATE)
+                    for i, obj in enumerate(self._custom_objects):
+                        current = CUSTOM_FILE.format(index=i)
+                        ckpt.save_object(obj.state_dict(), tmp / current)
+                        written.append(current)
             current = "the flush of the files to disk"
-            mine = ckpt.digest_many(tmp, written, sync=True)  # flushed to disk before the directory is published
+            # every file on disk before the directory is published: recorded ones already are (and are not read
+            # again); any other is read back, hashed and fsynced here
+            mine = ckpt.digest_many(tmp, written, sync=True, record=record)
         except Exception as exc:  # noqa: BLE001  (reported to every process, then raised)
             error = exc
             failure = self._write_failure(exc, final, tmp, current)

@@ -40,15 +40,16 @@ def piece_of(tensor: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
 
 
 def save_pieces(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Write this process's pieces of `tensors` (DTensors or whole tensors) to one safetensors file."""
-    from safetensors.torch import save_file
+    """Write this process's pieces of `tensors` (DTensors or whole tensors) to one safetensors file (inside
+    save_state hashed while written, as `save_tensors` writes)."""
+    from .checkpoint import save_tensors as write
 
     data, meta = {}, {}
     for name, tensor in tensors.items():
         local, shape, offset = piece_of(tensor.detach())
         data[name] = local.contiguous().cpu()
         meta[name] = {"shape": shape, "offset": offset}
-    save_file(data, str(path), metadata={META_KEY: json.dumps(meta)})
+    write(data, path, metadata={META_KEY: json.dumps(meta)})
 
 
 class ShardedReader:

@@ -161,16 +161,20 @@ def acc_communicator(ctx: RunContext) -> Any:
 @hookimpl(trylast=True)
 def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
     from .. import checkpoint as ckpt
+    from ..hashed_io import run_concurrently
 
     if ctx.process_index != 0:  # every process holds the same replica: the main process writes it
         return []
-    written = []
+    jobs, written = [], []
     for i, model in enumerate(models):
-        ckpt.save_tensors(model.state_dict(), directory / f"model_{i}.safetensors")
-        written.append(f"model_{i}.safetensors")
+        state, path = model.state_dict(), directory / f"model_{i}.safetensors"
+        jobs.append(lambda state=state, path=path: ckpt.save_tensors(state, path))
+        written.append(path.name)
     for i, optimizer in enumerate(optimizers):
-        ckpt.save_object(optimizer.state_dict(), directory / f"optimizer_{i}.pt")
-        written.append(f"optimizer_{i}.pt")
+        state, path = optimizer.state_dict(), directory / f"optimizer_{i}.pt"
+        jobs.append(lambda state=state, path=path: ckpt.save_object(state, path))
+        written.append(path.name)
+    run_concurrently(jobs)  # the files are written at the same time (each hashed while written)
     return written
 
 

@@ -106,7 +106,7 @@ def test_checkpoint_layout_and_manifest(fresh_pm, tmp_path):
     acc, *_ = setup(fresh_pm, tmp_path)
     directory = acc.save_state(tmp_path / "c")
     manifest = json.loads((directory / "manifest.json").read_text())
-    assert manifest["format"] == "acc-checkpoint/1"
+    assert manifest["format"] == "acc-checkpoint/2"
     assert set(manifest["files"]) == {"model_0.safetensors", "optimizer_0.pt", "kernel_state.pt", "custom_0.pt",
                                       "rng_state_0.pt"}
     for name, entry in manifest["files"].items():
@@ -160,7 +160,7 @@ def test_corrupt_file_is_refused_naming_it(fresh_pm, tmp_path):
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"model_0.safetensors: corrupt: its sha256 differs"):
+    with pytest.raises(CheckpointError, match=r"model_0.safetensors: corrupt: its blake3 checksum differs"):
         objs[0].load_state(directory)
 
 

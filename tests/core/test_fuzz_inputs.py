@@ -218,7 +218,7 @@ JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(10**30), 1
                               TEXT), lambda children: st.one_of(st.lists(children, max_size=4),
                                                                  st.dictionaries(TEXT, children, max_size=4)),
                     max_leaves=12)
-FIELDS = st.sampled_from(["format", "files", "run", "step", "files.*", "files.*.size", "files.*.sha256",
+FIELDS = st.sampled_from(["format", "files", "run", "step", "files.*", "files.*.size", "files.*.blake3",
                           "run.processes", "run.processes.num_processes", "run.backend", "files.+"])
 NAMES = st.one_of(TEXT, st.sampled_from(["../../etc/passwd", "/etc/passwd", "a/../../x", "", ".", "sub/ok.pt",
                                          "kernel_state.pt/", "\\..\\x", "model_0.safetensors\x00"]))
@@ -227,7 +227,7 @@ NAMES = st.one_of(TEXT, st.sampled_from(["../../etc/passwd", "/etc/passwd", "a/.
 def _mutate(manifest: dict, field: str, value, name: str) -> dict:
     m = json.loads(json.dumps(manifest))
     if field == "files.+":
-        m["files"][name] = value if isinstance(value, dict) else {"size": 1, "sha256": "0" * 64}
+        m["files"][name] = value if isinstance(value, dict) else {"size": 1, "blake3": "0" * 64}
         return m
     parts = field.split(".")
     target = m

@@ -107,7 +107,7 @@ def test_a_corrupt_newest_checkpoint_is_refused_and_the_previous_one_resumes(tmp
         data = bytearray(bad.read_bytes())
         data[len(data) // 2] ^= 0x01
         bad.write_bytes(bytes(data))
-        reason = f"{bad}: corrupt: its sha256 differs from the manifest's (found by process 0)"
+        reason = f"{bad}: corrupt: its blake3 checksum differs from the manifest's (found by process 0)"
     else:
         bad = checkpoints / "checkpoint_1" / "rng_state_1.pt"  # read by process 1 only: the choice is collective
         bad.unlink()
@@ -133,8 +133,8 @@ def test_a_corrupt_checkpoint_named_explicitly_is_refused_and_nothing_is_loaded(
     proc = chaos(tmp_path, tmp_path / "other", tmp_path / "explicit", "--steps", "6", "--load",
                  str(checkpoints / "checkpoint_1"))
     assert proc.returncode == 1
-    assert (f"CheckpointError: load_state: refused {checkpoints / 'checkpoint_1'}: {bad}: corrupt: its sha256 "
-            "differs from the manifest's") in proc.stderr
+    assert (f"CheckpointError: load_state: refused {checkpoints / 'checkpoint_1'}: {bad}: corrupt: its blake3 "
+            "checksum differs from the manifest's") in proc.stderr
     events = [json.loads(ln) for ln in (tmp_path / "explicit" / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e["event"] in ("loaded", "step")]  # it stopped: nothing loaded, nothing trained
     assert leftover_processes(str(tmp_path / "explicit")) == []
