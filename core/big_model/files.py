@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import MANIFEST, CheckpointError, read_manifest, verify
+from ..confine import inside
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -90,7 +91,8 @@ def read_safetensors_index(path: str | Path) -> dict[str, TensorRecord]:
 def open_checkpoint(checkpoint: str | Path) -> dict[str, TensorRecord]:
     """Every tensor of a checkpoint by name: a .safetensors file, a sharded index (.json), a directory
     holding either, or an acc checkpoint (manifest.json + model_<i>.safetensors, checked against the
-    manifest first)."""
+    manifest first). What an index, a manifest or a directory names is read only when it is a regular file inside
+    that directory (`acc.confine`: no `..`, no absolute path, no symbolic link out)."""
     path = Path(checkpoint)
     if path.is_dir():
         return open_checkpoint(_choose_file(path))
@@ -114,18 +116,18 @@ def _choose_file(directory: Path) -> Path:
         manifest = read_manifest(directory)
         models = sorted(n for n in manifest.get("files", {}) if re.fullmatch(r"model_\d+\.safetensors", n))
         if len(models) == 1:
-            return directory / models[0]
+            return inside(directory, models[0], directory / MANIFEST)
         if not models:
             raise CheckpointError(f"{directory}: this acc checkpoint holds no model_<i>.safetensors (its backend "
                                   "writes another layout); load it with Accelerator.load_state")
         raise CheckpointError(f"{directory}: this acc checkpoint holds {len(models)} models ({', '.join(models)}); "
                               f"pass the one to load, e.g. {directory / models[0]}")
     for name in (INDEX, "model.safetensors"):
-        if (directory / name).is_file():
-            return directory / name
+        if (directory / name).is_file() or (directory / name).is_symlink():
+            return inside(directory, name)
     candidates = sorted(directory.glob("*.safetensors.index.json")) or sorted(directory.glob("*.safetensors"))
     if len(candidates) == 1:
-        return candidates[0]
+        return inside(directory, candidates[0].name)
     found = sorted(p.name for p in directory.iterdir())[:10]
     raise CheckpointError(f"{directory}: found no single checkpoint to load (expected {INDEX}, model.safetensors "
                           f"or an acc checkpoint's manifest.json); it holds {found}")
@@ -140,8 +142,8 @@ def _open_index(path: Path) -> dict[str, TensorRecord]:
     shards: dict[str, dict[str, TensorRecord]] = {}
     out = {}
     for name, shard in weight_map.items():
-        if shard not in shards:
-            shards[shard] = read_safetensors_index(path.parent / shard)
+        if shard not in shards:  # a shard is read only when it is a regular file beside the index (no link out)
+            shards[shard] = read_safetensors_index(inside(path.parent, shard, path))
         if name not in shards[shard]:
             raise CheckpointError(f"{path}: lists '{name}' in {shard}, which does not hold it")
         out[name] = shards[shard][name]

@@ -365,6 +365,10 @@ def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> l
     allowed, plain_load = _allowed_globals(), torch.load
 
     def safe_load(path: Any, map_location: Any = None, **_: Any) -> Any:
+        relative = os.path.relpath(os.fspath(path), directory)
+        if relative not in files:  # zero_to_fp32 finds its files by globbing: only the verified ones are read
+            raise sdk.CheckpointError(f"{path}: DeepSpeed asked for a file the manifest of {directory} does not list; "
+                                      "refused (acc reads only the checkpoint's own, verified files)")
         with torch.serialization.safe_globals(allowed):
             return plain_load(path, map_location=map_location, weights_only=True)
 
