@@ -1,5 +1,7 @@
 """The run manifest: what ran, how, with which software. Written by `acc launch` into the run directory
-and into every checkpoint (there with the batch sizes the prepared loaders revealed). Torch-free."""
+and into every checkpoint (there with the batch sizes the prepared loaders revealed). Secrets are not recorded:
+the command line and the settings pass through `acc.redact` (credential-like names and token-shaped values).
+Torch-free."""
 
 from __future__ import annotations
 
@@ -46,10 +48,13 @@ def software_versions(distributions: list[str]) -> dict[str, str]:
 
 def build(settings: Mapping[str, Any], sources: Mapping[str, str], plugins: Mapping[str, tuple[str, str]],
           command: list[str], world: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The manifest as JSON-ready data. `plugins` maps plugin name to (distribution, version)."""
+    """The manifest as JSON-ready data. `plugins` maps plugin name to (distribution, version). The command line and
+    the settings' values are redacted (`acc.redact`): a `--hf_token hf_...` script argument is not recorded."""
+    from .redact import redact_argv, redact_data
+
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": command,
+        "command": redact_argv(command),
         "cwd": os.getcwd(),
         "host": platform.node(),
         "backend": settings["backend"],
@@ -58,7 +63,7 @@ def build(settings: Mapping[str, Any], sources: Mapping[str, str], plugins: Mapp
                                     "world_size": settings["num_machines"] * settings["nproc"]}),
         "mixed_precision": settings["mixed_precision"],
         "gradient_accumulation_steps": settings["gradient_accumulation_steps"],
-        "settings": {"values": dict(settings), "sources": dict(sources)},
+        "settings": {"values": redact_data(dict(settings)), "sources": dict(sources)},
         "versions": software_versions([d for d, _ in plugins.values() if d not in ("acc-core", "(module)")]),
     }
 

@@ -416,6 +416,10 @@ class Trackers:
         if config is not None:
             if not isinstance(config, Mapping) and hasattr(config, "__dict__"):
                 config = vars(config)  # an argparse.Namespace
+            if isinstance(config, Mapping):  # no hf_token / api_key hyper-parameter reaches a tracker's files
+                from .redact import redact_data
+
+                config = redact_data(config)
             for tracker in list(self.trackers):
                 self._call(tracker, "store_init_configuration", tracker.store_init_configuration, config)
         if self.trackers:

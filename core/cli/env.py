@@ -18,6 +18,7 @@ from .._version import __version__
 from ..errors import AccError
 from ..hardware import visible_cuda_devices
 from ..plugins import installed_backends, installed_plugins
+from ..redact import redact_value
 
 
 def _ram() -> str:
@@ -82,7 +83,7 @@ def env(config_file: Path | None) -> None:
     click.echo(f"  {'files':22} {files or 'none found (settings from flags, ACC_* variables and defaults)'}")
     for name in settings:
         if not settings.is_default(name):
-            value = settings[name]
+            value = redact_value(name, settings[name])  # a credential-like setting is not shown
             shown = ",".join(value) if isinstance(value, list) else str(value)
             click.echo(f"  {name:22} {shown}  ({settings.source(name)})")
     for info in [*installed_backends().values(), *installed_plugins().values()]:
@@ -98,4 +99,4 @@ def env(config_file: Path | None) -> None:
             click.echo(f"  error while reporting: {type(exc).__name__}: {exc}")
             continue
         for k, v in (report or {}).items():
-            click.echo(f"  {k:22} {v}")
+            click.echo(f"  {k:22} {redact_value(str(k), v)}")

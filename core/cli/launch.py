@@ -367,11 +367,13 @@ def launch_notes(ctx: click.Context, assembly: Assembly) -> list[str]:
 
 def settings_lines(assembly: Assembly) -> list[str]:
     """Every setting with its value and where it came from, and the config files read."""
+    from ..redact import redact_value
+
     s = assembly.settings
     lines = ["settings (value, then where it came from):"]
     name_width = max(len(n) for n in s)
     for name in s:
-        value = s[name]
+        value = redact_value(name, s[name])  # a credential-like setting's value is not shown (acc.redact)
         shown = ",".join(value) if isinstance(value, list) else ("" if value is None else str(value))
         lines.append(f"  {name.ljust(name_width)}  {(shown or '-').ljust(12)}  {s.source(name)}")
     if assembly.files:
@@ -383,6 +385,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
     from ..launch import preflight
     from ..launch.orchestrate import capabilities as orchestrate_capabilities
+    from ..redact import redact_shell
     from ..tracking import describe_setting
 
     s = assembly.settings
@@ -408,7 +411,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
                       f"resume_data_position {str(s['resume_data_position']).lower()}, seedable sampler "
                       f"{str(s['use_seedable_sampler']).lower()}, last_batch {s['last_batch']}"),
         *((("trackers", describe_setting(s["log_with"])),) if "log_with" in s else ()),
-        ("command", target.command()),
+        ("command", redact_shell(target.command())),
     ]
     if plan.rendezvous is not None:
         rdzv = plan.rendezvous

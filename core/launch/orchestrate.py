@@ -191,6 +191,7 @@ def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, 
 def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | None:
     """Write the run manifest into a new directory under `output_dir` (none when output_dir is '')."""
     from .. import manifest
+    from ..redact import redact_shell
 
     s = assembly.settings
     if not s["output_dir"]:
@@ -200,7 +201,7 @@ def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | N
     world = {"num_machines": plan.num_machines, "nproc_per_machine": plan.nproc_per_machine,
              "world_size": plan.world_size, "engine": plan.engine}
     data = manifest.build(s, s.sources, plugins, manifest.launcher_command(), world)
-    data["target"] = str(target)
+    data["target"] = redact_shell(str(target))  # no --hf_token hf_... script argument is recorded
     data["device"] = plan.device
     manifest.write_json(directory / "manifest.json", data)
     return directory
