@@ -1,6 +1,7 @@
 """How a worker ends: cleanly on success, with its own exit code and an error record on failure.
 
-- An uncaught exception is printed, recorded in the elastic agent's error file (TORCHELASTIC_ERROR_FILE,
+- An uncaught exception is printed (without the frames of pluggy and of acc's dispatch, `acc.tracebacks`;
+  ACC_DEBUG=1 shows them), recorded in the elastic agent's error file (TORCHELASTIC_ERROR_FILE,
   torch's JSON format, so the launcher can show the failing rank's traceback), and the process exits
   with 1 right after the atexit handlers registered after the Accelerator ran, skipping the C++ teardown
   that can abort a process still holding communication state (which would hide the real exit code).
@@ -32,7 +33,7 @@ def record_error(etype: type, value: BaseException, tb: Any) -> None:
     if not path:
         return
     data = {"message": {"message": f"{etype.__name__}: {value}", "extraInfo": {
-        "py_callstack": "".join(traceback.format_exception(etype, value, tb)),
+        "py_callstack": _formatted(etype, value, tb),  # from the user's line on (acc.tracebacks)
         "timestamp": str(int(time.time())),
         "acc_time_ns": str(time.time_ns()),  # finer than torch's seconds: tells which rank failed first
     }}}
@@ -41,6 +42,14 @@ def record_error(etype: type, value: BaseException, tb: Any) -> None:
             json.dump(data, fp)
     except OSError:
         pass
+
+
+def _formatted(etype: type, value: BaseException, tb: Any) -> str:
+    from .tracebacks import format_exception
+
+    if value is None or value.__traceback__ is not tb:
+        return "".join(traceback.format_exception(etype, value, tb))
+    return format_exception(value)
 
 
 def install(on_normal_exit: Callable[[], None], also_on_failure: bool = False) -> None:
@@ -54,7 +63,10 @@ def install(on_normal_exit: Callable[[], None], also_on_failure: bool = False) -
             _state["failed"] = etype
             if not issubclass(etype, KeyboardInterrupt):
                 record_error(etype, value, tb)
-            previous(etype, value, tb)
+            if previous is sys.__excepthook__ and not issubclass(etype, KeyboardInterrupt):
+                sys.stderr.write(_formatted(etype, value, tb))  # without acc's and pluggy's frames (ACC_DEBUG=1: all)
+            else:
+                previous(etype, value, tb)
 
         sys.excepthook = excepthook
         atexit.register(_exit_now_if_failed)

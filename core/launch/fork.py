@@ -14,8 +14,9 @@ import runpy
 import signal
 import sys
 import threading
-import traceback
 from typing import Any
+
+from ..tracebacks import print_exception
 
 
 PID_FILE = "pid"
@@ -130,7 +131,7 @@ def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported as a plain worker would
-        traceback.print_exc()
+        print_exception(exc)  # from the user's line on: runpy's, acc's and pluggy's frames left out
         lifecycle.record_error(type(exc), exc, exc.__traceback__)
         code = 1
     sys.stdout.flush()
@@ -167,7 +168,7 @@ def run_function(fn: Any, args: tuple) -> Any:
         os.kill(os.getpid(), signal.SIGINT)
         code = 1
     except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported with its traceback
-        traceback.print_exc()
+        print_exception(exc)
         lifecycle.record_error(type(exc), exc, exc.__traceback__)
         code = 1
     sys.stdout.flush()
