@@ -28,13 +28,32 @@ class _DeviceFeed:
         return len(self.source)
 
     def __iter__(self) -> Iterator[Any]:
+        # the source is opened here, in the caller's thread and at the caller's moment (the parallel loader would
+        # open it later in its thread): opening draws the sampler's seed from the global RNG, which a resumed pass
+        # replays around this call (PreparedDataLoader._open)
+        return self._feed(_Opened(iter(self.source), self.source))
+
+    def _feed(self, opened: "_Opened") -> Iterator[Any]:
         from torch_xla.distributed.parallel_loader import ParallelLoader
 
-        loader = ParallelLoader(self.source, [self.device])
+        loader = ParallelLoader(opened, [self.device])
         try:
             yield from loader.per_device_loader(self.device)
         finally:
             loader.close()
+
+
+class _Opened:
+    """An iterator already opened, for a consumer that calls iter() itself (the parallel loader's thread)."""
+
+    def __init__(self, iterator: Iterator[Any], source: Any):
+        self._iterator, self._source = iterator, source
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iterator
+
+    def __len__(self) -> int:
+        return len(self._source)  # asked only of sources that have a length
 
 
 class XlaDataLoader:

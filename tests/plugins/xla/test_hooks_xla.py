@@ -43,8 +43,9 @@ def test_reductions_on_device_and_cpu_tensors(accelerator):
     for op in ("sum", "mean", "max", "min"):
         out = accelerator.reduce(x, op)
         assert out.device == device and out.cpu().tolist() == [1.0, 5.0]
-    ints = accelerator.reduce(torch.tensor([3, 4]), "mean")  # a CPU tensor comes back on the CPU, as float
-    assert ints.device.type == "cpu" and ints.dtype == torch.float32 and ints.tolist() == [3.0, 4.0]
+    # one process: the identity, as Accelerate's reduce there (a CPU tensor stays on the CPU, integers stay)
+    ints = accelerator.reduce(torch.tensor([3, 4]), "mean")
+    assert ints.device.type == "cpu" and ints.dtype == torch.int64 and ints.tolist() == [3, 4]
 
 
 def test_gather_hooks_and_objects(accelerator):
@@ -56,8 +57,8 @@ def test_gather_hooks_and_objects(accelerator):
     flags = torch.tensor([True, False])
     gathered = plugin.XlaCommunicator(ctx).all_gather(flags)
     assert gathered.dtype == torch.bool and gathered.device.type == "cpu" and gathered.tolist() == [True, False]
-    assert accelerator.gather(torch.tensor(2.0, device=device)).cpu().tolist() == [2.0]
-    assert accelerator.gather_object({"a": 1}) == [{"a": 1}]
+    assert accelerator.gather(torch.tensor(2.0, device=device)).cpu().tolist() == 2.0  # one process: as given
+    assert accelerator.gather_object({"a": 1}) == {"a": 1}  # one process: the object as given (Accelerate too)
     assert accelerator.broadcast(torch.tensor([7], device=device)).cpu().tolist() == [7]
     assert accelerator.broadcast_object(None) is None
     accelerator.wait_for_everyone()

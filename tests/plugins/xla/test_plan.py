@@ -29,7 +29,7 @@ def no_device_env(monkeypatch):
     for key in PLAIN_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(plugin, "tpu_chips", lambda root=plugin.PCI_DEVICES: 0)
-    monkeypatch.setattr(plugin, "module_available", lambda name: name == "torch_xla")
+    monkeypatch.setattr(plugin.sdk, "module_available", lambda name: name == "torch_xla")
 
 
 def make_plan(**flags) -> LaunchPlan:

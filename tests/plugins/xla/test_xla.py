@@ -57,11 +57,12 @@ def test_steps_after_warm_up_replay_the_compiled_graph(tmp_path, variant, warm_u
 
 
 def test_save_and_load_state_continue_exactly(tmp_path):
-    acc_launch(tmp_path, WORKERS / "resume.py", ["--out", str(tmp_path / "straight"), "--steps", "12"])
+    exact = ["--semantics", "acc"]  # exact resume: the data continue at the saved batch
+    acc_launch(tmp_path, WORKERS / "resume.py", ["--out", str(tmp_path / "straight"), "--steps", "12"], launch=exact)
     acc_launch(tmp_path, WORKERS / "resume.py", ["--out", str(tmp_path / "a"), "--steps", "5",
-                                                 "--save", str(tmp_path / "ckpt")])
+                                                 "--save", str(tmp_path / "ckpt")], launch=exact)
     acc_launch(tmp_path, WORKERS / "resume.py", ["--out", str(tmp_path / "b"), "--steps", "7",
-                                                 "--load", str(tmp_path / "ckpt")])
+                                                 "--load", str(tmp_path / "ckpt")], launch=exact)
     straight, a, b = (read_rank_results(tmp_path / n)[0] for n in ("straight", "a", "b"))
     assert straight["weights"] == b["weights"]  # bitwise, dropout on the device included
     assert straight["adam"] == b["adam"]
