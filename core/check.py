@@ -3,7 +3,9 @@
 Run as `python -m acc.check --out FILE` under any launch; it uses only the public facade, so every
 backend (including third-party ones) is checked through its hooks. Process 0 writes the results as
 JSON: {"planned": [check names], "results": [{check, ok, measured, expected}, ...]}, rewritten after each
-check.
+check. With mixed precision, process 0 then measures a training step of the run's mode against float32 on the
+same model and data (`compare_precision`: step-time ratio, median of alternating repeats, and the loss
+difference) and adds it as "precision".
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import argparse
 import copy
 import json
 import socket
+import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,20 +83,27 @@ class _Results:
 
     def __init__(self, out: Path, writer: bool, planned: tuple[str, ...]):
         self.out, self.writer, self.planned, self.items = out, writer, planned, []
+        self.precision: dict | None = None
         self._write()
 
     def add(self, name: str, ok: bool, measured: Any, expected: Any) -> None:
         self.items.append({"check": name, "ok": bool(ok), "measured": str(measured), "expected": str(expected)})
         self._write()
 
+    def set_precision(self, comparison: dict) -> None:
+        self.precision = comparison
+        self._write()
+
     def _write(self) -> None:
         if self.writer:
-            self.out.write_text(json.dumps({"planned": list(self.planned), "results": self.items}, indent=2))
+            data = {"planned": list(self.planned), "results": self.items}
+            if self.precision is not None:
+                data["precision"] = self.precision
+            self.out.write_text(json.dumps(data, indent=2))
 
 
 def run(out: Path, expected_world: int | None, expected_device: str | None) -> None:
     acc = Accelerator()
-    world, rank = acc.num_processes, acc.process_index
     caps = acc._runtime.capabilities
     checks = planned_checks(caps)
     results = _Results(out, acc.is_main_process, checks)
@@ -107,13 +118,13 @@ def run(out: Path, expected_world: int | None, expected_device: str | None) -> N
         lifecycle.fail(1)
 
     try:
-        _run_checks(acc, caps, checks, check, current, expected_world, expected_device)
+        _run_checks(acc, caps, checks, check, current, expected_world, expected_device, results)
     except Exception as exc:  # noqa: BLE001 - any failure is a check result
         failing(exc)
 
 
 def _run_checks(acc: Accelerator, caps: Any, checks: tuple[str, ...], check: Any, current: dict,
-                expected_world: int | None, expected_device: str | None) -> None:
+                expected_world: int | None, expected_device: str | None, results: _Results) -> None:
     world, rank = acc.num_processes, acc.process_index
     current["name"] = checks[0]
     ranks = acc._gather_objects(rank)
@@ -152,6 +163,7 @@ def _run_checks(acc: Accelerator, caps: Any, checks: tuple[str, ...], check: Any
         grads_agree.append(all(fp == fingerprints[0] for fp in fingerprints))
         opt.step()
         opt.zero_grad()
+        skipped = acc.optimizer_step_was_skipped  # fp16: overflowed gradients skip the step; so does the reference
         if periodic and step % caps.sync_period == 0:
             params = acc._gather_objects(_params_fingerprint(acc.unwrap_model(model)))
             replicas.append((step, max(abs(a - b) for p in params for a, b in zip(p, params[0]))))
@@ -159,7 +171,8 @@ def _run_checks(acc: Accelerator, caps: Any, checks: tuple[str, ...], check: Any
         gx, gy = acc.gather((x, y))
         ref_loss = nn.functional.mse_loss(reference(gx.float().cpu()), gy.float().cpu())
         ref_loss.backward()
-        ref_opt.step()
+        if not skipped:
+            ref_opt.step()
         ref_opt.zero_grad()
         ref_losses.append(float(ref_loss.detach()))
 
@@ -227,12 +240,110 @@ def _run_checks(acc: Accelerator, caps: Any, checks: tuple[str, ...], check: Any
         ok, measured = taken == 1, f"started again at batch {taken} of epoch {epoch}"
         expected = "batch 1 of the epoch (resume_data_position = false: the script skips batches itself)"
     check(checks[7], ok, measured, expected)
+    if acc.mixed_precision != "no":
+        if acc.is_main_process:  # alone, so the other processes do not compete for the device or the cores
+            results.set_precision(_precision_comparison(acc))
     acc.wait_for_everyone()
     if acc.is_main_process:
         import shutil
 
         shutil.rmtree(directory, ignore_errors=True)
     acc.end_training()
+
+
+COMPARE_ROUNDS, COMPARE_STEPS, LOSS_STEPS = 5, 2, 4
+
+
+def _precision_comparison(acc: Accelerator) -> dict:
+    """What the run's mixed precision costs and changes here (never raises: an error is the result)."""
+    from .precision_support import native_support
+
+    mode, precision = acc.mixed_precision, acc._precision
+    device = acc.device
+    try:
+        native, why = native_support(mode, device)
+    except Exception as exc:  # noqa: BLE001 - a device that cannot be queried is "unknown"
+        native, why = None, f"could not tell: {type(exc).__name__}: {exc}"
+    base = {"mode": mode, "device": str(device), "native": native, "support": why}
+    if not precision.native and not precision.active:
+        return {**base, "skipped": f"mixed_precision '{mode}' trains in float32 on {device.type} in this run "
+                f"(set --fp16-on-cpu to measure float16 autocast there)" if mode == "fp16" else
+                "mixed precision is off in this run (native_amp = False)"}
+    if device.type not in ("cpu", "cuda", "mps", "xpu"):
+        return {**base, "skipped": f"not measured on {device.type} devices"}
+    try:
+        result = compare_precision(mode, device)
+    except Exception as exc:  # noqa: BLE001 - the mode failing here is the finding
+        return {**base, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+    if precision.native:
+        result["note"] = (f"the {acc.backend} backend applies {mode} itself; measured here with acc's autocast "
+                          "recipe on the same device")
+    return {**base, **result}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)
+
+
+def compare_precision(mode: str, device: torch.device, rounds: int = COMPARE_ROUNDS,
+                      steps: int = COMPARE_STEPS) -> dict:
+    """A training step (transformer block, AdamW) in `mode` (acc's recipe: autocast, outputs in float32, a
+    gradient scaler for fp16) against float32, from the same initial weights on the same data: the loss
+    difference over the first LOSS_STEPS steps, then the step-time ratio, the median of `rounds` alternating
+    repeats of `steps` steps each (mixed first in even rounds, float32 first in odd ones)."""
+    from .precision import Precision
+
+    big = device.type == "cuda"  # a GPU needs a larger step to be measured rather than its launch overhead
+    d_model, heads, ff, batch, tokens = (512, 8, 2048, 32, 256) if big else (128, 4, 512, 4, 64)
+    g = torch.Generator().manual_seed(11)
+    torch.manual_seed(11)
+    fp32_model = nn.Sequential(nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, batch_first=True),
+                               nn.Linear(d_model, d_model)).to(device)
+    mixed_model = copy.deepcopy(fp32_model)
+    x = torch.randn(batch, tokens, d_model, generator=g).to(device)
+    y = torch.randn(batch, tokens, d_model, generator=g).to(device)
+    scaler = torch.amp.GradScaler(device.type) if mode == "fp16" else None
+    precision = Precision(mode, device, scaler=scaler)
+    precision.patch_forward(mixed_model)
+    plain = Precision("no", device)
+    runs = {"mixed": (mixed_model, torch.optim.AdamW(mixed_model.parameters(), lr=1e-3), precision),
+            "fp32": (fp32_model, torch.optim.AdamW(fp32_model.parameters(), lr=1e-3), plain)}
+
+    def step(name: str) -> float:
+        model, opt, prec = runs[name]
+        loss = nn.functional.mse_loss(model(x), y)
+        prec.scale_loss(loss).backward()
+        prec.step(opt, opt.step)
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    losses: dict[str, list[float]] = {"mixed": [], "fp32": []}
+    for _ in range(LOSS_STEPS):  # also the warm-up of both
+        for name in ("mixed", "fp32"):
+            losses[name].append(float(step(name)))
+    times: dict[str, list[float]] = {"mixed": [], "fp32": []}
+    for r in range(rounds):
+        for name in (("mixed", "fp32") if r % 2 == 0 else ("fp32", "mixed")):
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                step(name)
+            _sync(device)
+            times[name].append((time.perf_counter() - start) / steps)
+    mixed_s, fp32_s = statistics.median(times["mixed"]), statistics.median(times["fp32"])
+    diffs = [abs(a - b) for a, b in zip(losses["mixed"], losses["fp32"])]
+    rel = [d / max(abs(b), 1e-12) for d, b in zip(diffs, losses["fp32"])]
+    return {"ratio": mixed_s / fp32_s, "mixed_s_per_step": mixed_s, "fp32_s_per_step": fp32_s, "rounds": rounds,
+            "steps_per_round": steps, "loss_steps": LOSS_STEPS, "losses_mixed": losses["mixed"],
+            "losses_fp32": losses["fp32"], "loss_max_abs_diff": max(diffs), "loss_max_rel_diff": max(rel),
+            "finite": all(v == v and abs(v) != float("inf") for v in losses["mixed"]),
+            "model": f"transformer block d_model {d_model}, {heads} heads, ff {ff}, batch {batch} x {tokens} tokens, "
+                     "AdamW"}
 
 
 def main() -> None:

@@ -6,6 +6,9 @@
   before clipping and stepping, and a step whose gradients overflowed is skipped and reported.
 - Model outputs come back in float32 (opt out with `AutocastKwargs(outputs_float32=False)`).
 
+A mode the device only emulates (bf16 on a CPU without avx512_bf16/amx_bf16, a GPU without bf16) is warned
+about once when the run's `Precision` is made (`acc.precision_support`).
+
 A backend that implements precision itself (DeepSpeed, XLA) sets `ProcessInfo.native_precision`; the
 kernel then leaves models, losses and steps alone.
 
@@ -23,6 +26,7 @@ import torch
 
 from .errors import AccError
 from .ops import apply
+from .precision_support import warn_if_emulated
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -67,6 +71,8 @@ class Precision:
         self.cache_enabled = None if ak is None else ak.cache_enabled
         self.outputs_float32 = True if ak is None else ak.outputs_float32
         self._unscaled: set[int] = set()
+        if mode != "no":  # also when the backend applies it itself: the device computes in this dtype either way
+            warn_if_emulated(mode, device)
 
     # -- forward
     def autocast(self, handler: Any = None) -> contextlib.AbstractContextManager:

@@ -44,10 +44,14 @@ def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_
     code = orchestrate.execute(plan, Target("acc.check", tuple(args), is_module=True), env, replace=False)
     data = json.loads(out.read_text()) if out.is_file() else {"planned": [], "results": []}
     results, planned = data["results"], data["planned"]
+    precision = data.get("precision")
     done = {r["check"] for r in results}
     missing = [name for name in planned if name not in done]
     if as_json:
-        click.echo(json.dumps({"exit_code": code, "checks": results, "not_run": missing}, indent=2))
+        out_data = {"exit_code": code, "checks": results, "not_run": missing}
+        if precision is not None:
+            out_data["precision"] = precision
+        click.echo(json.dumps(out_data, indent=2))
     else:
         s = assembly.settings
         click.echo(f"acc check: backend {s['backend']}, {plan.world_size} process(es), mixed precision "
@@ -61,7 +65,40 @@ def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_
             click.echo(f"  ----  {name.ljust(width)}  not run")
         if not planned:
             click.echo(f"  FAIL  the check job did not start (exit code {code}); see the report above")
-    failed = code != 0 or not planned or bool(missing) or not all(r["ok"] for r in results)
+        if precision is not None:
+            for line in precision_lines(precision):
+                click.echo(line)
+    precision_failed = precision is not None and ("error" in precision or precision.get("finite") is False)
+    failed = (code != 0 or not planned or bool(missing) or not all(r["ok"] for r in results)
+              or precision_failed)
     if out.is_file():
         os.unlink(out)
     ctx.exit(1 if failed else 0)
+
+
+SLOW_RATIO = 1.5  # above this, the report says what to do
+
+
+def precision_lines(p: dict) -> list[str]:
+    """The report of the mixed-precision comparison the check job measured (see acc.check.compare_precision)."""
+    mode = p["mode"]
+    support = {True: "native", False: "EMULATED", None: "unknown"}[p.get("native")]
+    if "skipped" in p:
+        return [f"mixed precision {mode} against fp32 on {p['device']}: not measured: {p['skipped']}"]
+    lines = [f"mixed precision {mode} against fp32 on {p['device']}: {support} ({p['support']})"]
+    if "error" in p:
+        return lines + [f"  FAIL  a {mode} training step failed: {p['error']}"]
+    lines.append(f"  {p['model']}; median of {p['rounds']} alternating repeats of {p['steps_per_round']} steps")
+    ratio = p["ratio"]
+    lines.append(f"  step time ratio {mode}/fp32  {ratio:.2f}  ({mode} {p['mixed_s_per_step'] * 1e3:.3g} ms/step, "
+                 f"fp32 {p['fp32_s_per_step'] * 1e3:.3g} ms/step)")
+    state = "" if p.get("finite", True) else "  FAIL: not finite"
+    lines.append(f"  loss difference {mode}-fp32  max relative {p['loss_max_rel_diff']:.2e}, max absolute "
+                 f"{p['loss_max_abs_diff']:.2e} over {p['loss_steps']} steps (final loss {mode} "
+                 f"{p['losses_mixed'][-1]:.5f}, fp32 {p['losses_fp32'][-1]:.5f}){state}")
+    if p.get("note"):
+        lines.append(f"  note: {p['note']}")
+    if ratio > SLOW_RATIO:
+        lines.append(f"  {mode} is {ratio:.1f}x slower than fp32 here: train with mixed_precision 'no' on this device"
+                     + (" (the device emulates it)" if p.get("native") is False else ""))
+    return lines

@@ -216,6 +216,17 @@ def test_bad_device_maps_are_refused_with_the_name(reference):
             dispatch_model(model, {"": 0})
 
 
+@pytest.mark.cuda
+def test_a_model_dispatched_to_gpu_0_runs_there(reference):
+    model, ids, expected = reference
+    dispatch_model(model, {"": 0})
+    assert {p.device for p in model.parameters()} == {torch.device("cuda", 0)}
+    with torch.no_grad():
+        out = model(ids.to("cuda:0"))
+    assert out.device == torch.device("cuda", 0)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
 def test_memory_sizes():
     assert parse_memory("400MB") == 400 * MB and parse_memory("10GiB") == 10 * 2**30
     assert parse_memory("1.5 gb") == 1_500_000_000 and parse_memory(1234) == 1234

@@ -15,7 +15,6 @@ from acc.hooks import (
     remove_hook_from_submodules,
 )
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 class Net(nn.Module):
@@ -195,7 +194,7 @@ def test_cpu_offload_with_hook_on_the_cpu():
     assert not hasattr(first, "_hf_hook") and hasattr(second, "_hf_hook")
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cpu_offload_with_hook_moves_each_model_in_and_the_previous_out():
     first, second = nn.Linear(3, 3), nn.Linear(3, 2)
     x = torch.randn(2, 3)
