@@ -39,11 +39,14 @@ def main() -> None:
         opt.zero_grad()
     accelerator.wait_for_everyone()
     per_step = (time.perf_counter() - start) / STEPS
+    cuda = accelerator.device.type == "cuda"
+    peak_cuda = accelerator.gather_object(torch.cuda.max_memory_allocated(accelerator.device) / 1e6 if cuda else 0.0)
     peaks = accelerator.gather_object(rss_mb("VmHWM"))
     ends = accelerator.gather_object(rss_mb("VmRSS"))
     if accelerator.is_main_process:
         print("BENCH " + json.dumps({"per_step_s": per_step, "peak_rss_mb": max(peaks), "end_rss_mb": max(ends),
-                                     "params_mb": params_mb}))
+                                     "params_mb": params_mb,
+                                     **({"peak_cuda_mb": max(peak_cuda)} if cuda else {})}))
     accelerator.end_training()
 
 
