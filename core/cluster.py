@@ -90,8 +90,8 @@ class ClusterEnvironment:
         if self.main_port is not None and not 1 <= self.main_port <= 65535:
             out.append(f"main_port {self.main_port} ({self.sources.get('main_port', '?')}) is outside 1..65535")
         if self.per_process:
-            if self.nproc is None or self.local_rank is None:
-                out.append("an environment that started every process must give nproc and local_rank too")
+            if self.nproc is None or self.local_rank is None or self.rank is None:
+                out.append("an environment that started every process must give rank, nproc and local_rank too")
             else:
                 world = self.num_machines * self.nproc
                 if not 0 <= self.rank < world:

@@ -28,7 +28,7 @@ class Communicator(abc.ABC):
         """Equally shaped tensors of every process, concatenated along dim 0 in process order."""
 
     @abc.abstractmethod
-    def gather_object(self, obj: Any) -> list:
+    def gather_object(self, obj: Any) -> list[Any]:
         """One picklable object per process, as a list indexed by process."""
 
     @abc.abstractmethod
@@ -53,7 +53,7 @@ class LocalCommunicator(Communicator):
     def all_gather(self, tensor: Any) -> Any:
         return tensor
 
-    def gather_object(self, obj: Any) -> list:
+    def gather_object(self, obj: Any) -> list[Any]:
         return [obj]
 
     def broadcast(self, tensor: Any, src: int) -> Any:
@@ -80,7 +80,7 @@ class TorchDistributed(Communicator):
 
         return distributed.all_gather(tensor)
 
-    def gather_object(self, obj: Any) -> list:
+    def gather_object(self, obj: Any) -> list[Any]:
         from . import distributed
 
         return distributed.gather_object(obj)
@@ -113,8 +113,8 @@ class HookCommunicator(Communicator):
     def all_gather(self, tensor: Any) -> Any:
         return self._call("acc_all_gather", ctx=self._ctx, tensor=tensor)
 
-    def gather_object(self, obj: Any) -> list:
-        return self._call("acc_gather_object", ctx=self._ctx, obj=obj)
+    def gather_object(self, obj: Any) -> list[Any]:
+        return list(self._call("acc_gather_object", ctx=self._ctx, obj=obj))
 
     def broadcast(self, tensor: Any, src: int) -> Any:
         return self._call("acc_broadcast", ctx=self._ctx, tensor=tensor, src=src)

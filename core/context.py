@@ -37,7 +37,7 @@ class LoopState:
     sync_gradients: bool = True
     step: int = 0  # applied optimizer steps (a step skipped by the fp16 scaler does not count)
     micro_step: int = 0  # Accelerate's `accelerator.step`: micro-steps since the last end of the data
-    active_loaders: list = field(default_factory=list)  # innermost last
+    active_loaders: list[Any] = field(default_factory=list)  # innermost last
 
     @property
     def active_loader(self) -> Any:

@@ -27,7 +27,7 @@ class BaseEnum(enum.Enum, metaclass=EnumWithContains):
     """An enum whose members print as their value; `list()` gives every value."""
 
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
     @classmethod
     def list(cls) -> list[str]:

@@ -677,9 +677,9 @@ def _m_scaled_by(scan: Scan, spec: dict[str, Any]) -> list[int]:
         if not any(isinstance(side, ast.Attribute) and side.attr == spec["factor"]
                    and scan.owners(side.value) == "Accelerator" for side in (node.left, node.right)):
             continue
-        child, parent = node, scan.parents.get(node)
+        parent = scan.parents.get(node)
         while parent is not None and not isinstance(parent, (ast.stmt, ast.keyword)):
-            child, parent = parent, scan.parents.get(parent)
+            parent = scan.parents.get(parent)
         names: list[str] = []
         if isinstance(parent, ast.keyword) and parent.arg:
             names = [parent.arg]

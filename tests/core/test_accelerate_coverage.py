@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -100,7 +99,7 @@ def test_the_table_from_the_command_line():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("accelerate  ") for line in lines)
-    ranks = [line.split()[0] for line in lines[lines.index(next(l for l in lines if l.startswith("rank"))) + 1:]]
+    ranks = [line.split()[0] for line in lines[lines.index(next(row for row in lines if row.startswith("rank"))) + 1:]]
     assert ranks == ["1", "2", "3", "4", "5"]
 
 

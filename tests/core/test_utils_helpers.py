@@ -16,7 +16,6 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-import acc.utils
 from acc.utils import (
     ComputeEnvironment, DDPCommunicationHookType, DistributedDataParallelKwargs, DynamoBackend, LoggerType,
     PrecisionType, RNGType, clear_environment, compare_versions, convert_outputs_to_fp32, extract_model_from_parallel,
