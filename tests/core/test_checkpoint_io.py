@@ -100,12 +100,22 @@ def test_files_are_written_at_the_same_time(fresh_pm, tmp_path, monkeypatch):
         pytest.skip("one CPU: the files are written in turn")
     acc, *_ = _prepared(fresh_pm)
     threads: dict[str, str] = {}
+    # both writes wait here for each other: written in turn, the first would wait alone and the save fail
+    meet = threading.Barrier(2, timeout=30)
+
+    def arrive(path) -> None:
+        if os.environ.get("FAIL_OPTIMIZER"):
+            return
+        threads.setdefault(Path(path).name, threading.current_thread().name)
+        if Path(path).name in ("model_0.safetensors", "optimizer_0.pt"):
+            meet.wait()
+
     real = ckpt.save_tensors
-    monkeypatch.setattr(ckpt, "save_tensors", lambda t, p, *a, **k: threads.setdefault(Path(p).name, threading.current_thread().name) and real(t, p, *a, **k))
+    monkeypatch.setattr(ckpt, "save_tensors", lambda t, p, *a, **k: (arrive(p), real(t, p, *a, **k))[1])
     real_object = ckpt.save_object
 
     def save_object(obj, path):
-        threads.setdefault(Path(path).name, threading.current_thread().name)
+        arrive(path)
         if Path(path).name == "optimizer_0.pt" and os.environ.get("FAIL_OPTIMIZER"):
             raise OSError("injected failure")
         real_object(obj, path)
