@@ -344,6 +344,11 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
     if env.get("ACC_DEBUG"):
         print(f"{caller}: start method {method} ({why})", file=sys.stderr)
     log_dir = env.get(elastic.LOG_DIR_ENV) or tempfile.mkdtemp(prefix="acc-logs-")
+    store = None
+    if plan.num_machines == 1:  # the store on loopback (or listen_address), as acc launch: held until the end
+        from .launch import listen
+
+        plan, store = listen.serve_one_machine(plan)
     config = elastic.launch_config(plan, log_dir, env.get(elastic.TEE_ENV, "") == "1", method,
                                    elastic._monitor_interval(env))
     config.rdzv_configs.update(agent.get("rdzv_configs") or {})
@@ -391,6 +396,7 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
     finally:
         if machines is not None:
             machines.close()
+        store = None  # the one-machine store ends with the launch  # noqa: F841
         for name, stream in streams.items():
             setattr(sys, name, stream)
         os.environ.clear()

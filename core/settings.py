@@ -360,6 +360,9 @@ def core_settings() -> list[Setting]:
         Setting("rdzv_timeout", float, 900.0, "seconds the launchers of a multi-machine run wait for every machine to "
                 "join; then the launch fails naming the machines that joined and those missing",
                 ("--rdzv-timeout",), minimum=1, maximum=10**7),
+        Setting("listen_address", str, None, "the address the rendezvous store listens on (default: 127.0.0.1 on one "
+                "machine; across machines, machine 0's address that reaches --main-process-ip); 0.0.0.0, :: or * "
+                "listen on every interface", ("--listen-address",)),
     ]
 
 

@@ -312,6 +312,10 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
 
     if preflight.needed(plan):
         click.echo(f"acc launch: {preflight.run(plan, assembly.settings, assembly.cluster)}", err=True)
+    if plan.engine == "task" and plan.env.get("RANK") == "0":  # the elastic engine says it once its store listens
+        from ..launch import listen
+
+        click.echo(f"acc launch: listening: {listen.describe(plan, started=True)}", err=True)
     env = orchestrate.worker_environment(assembly, plan)
     run_dir = orchestrate.record_run(assembly, plan, target)
     if run_dir is not None:
@@ -417,6 +421,10 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
         rdzv = plan.rendezvous
         rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"
                      + (f" ({rdzv.why})" if rdzv.why else "")))
+        if plan.engine in ("elastic", "task"):
+            from ..launch import listen
+
+            rows.append(("listening", listen.describe(plan)))
         if plan.engine == "task":
             rows.append(("rank 0", f"the main process: the task with RANK 0 ({assembly.cluster.name} started it); "
                                    f"this process is rank {plan.env.get('RANK')}"))

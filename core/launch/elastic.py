@@ -109,8 +109,13 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
     if os.environ.get("ACC_DEBUG"):
         print(f"acc launch: start method {method} ({why})", file=sys.stderr)
     _forward_sigusr1()
+    from . import listen
+
+    machines = store = None
+    if plan.num_machines == 1:  # the store on loopback (or --listen-address), held until the workers ended
+        plan, store = listen.serve_one_machine(plan)
+        print(f"acc launch: listening: {listen.describe(plan, started=True)}", file=sys.stderr)
     config = launch_config(plan, log_dir, tee, method, _monitor_interval(env))
-    machines = None
     if plan.num_machines > 1:
         from .machines import Machines, RendezvousTimeout
 
@@ -121,12 +126,14 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
             print(f"acc launch: {exc}", file=sys.stderr)
             return 1
         print(f"acc launch: {machines.describe()}", file=sys.stderr)
+        print(f"acc launch: listening: {listen.describe(machines.plan, started=True)}", file=sys.stderr)
         machines.watch()
     try:
         return _run(config, method, target, log_dir, machines)
     finally:
         if machines is not None:
             machines.close()
+        del store  # the one-machine store ends with the run
 
 
 def _run(config: Any, method: str, target: Target, log_dir: str, machines: Any) -> int:

@@ -1,7 +1,8 @@
 """The machines of a multi-machine launch: a roll call before the elastic agent starts, heartbeats while it runs.
 
-Machine 0's launcher hosts a TCPStore at main_process_ip:main_process_port (the one the agent's rendezvous then
-shares: torch's static and c10d rendezvous open their store there with `multi_tenant=True`); every launcher
+Machine 0's launcher hosts a TCPStore at main_process_ip:main_process_port, listening only on the address chosen by
+listen.py (the one the agent's rendezvous then shares: torch's static and c10d rendezvous open their store there
+with `multi_tenant=True`); every launcher
 writes its machine rank, host and process id under `acc-launch/`.
 
 - **Roll call**: each launcher waits up to `rdzv_timeout` seconds for every machine. On time-out the launch fails
@@ -71,9 +72,22 @@ class Machines:
         deadline = time.monotonic() + self.timeout
         me = {"host": socket.gethostname(), "fqdn": socket.getfqdn(), "pid": os.getpid(),
               "nproc": self.plan.nproc_per_machine}
-        if self.rank == 0:
-            self.store = TCPStore(self.host, self.port, is_master=True, wait_for_workers=False, multi_tenant=True,
-                                  timeout=timedelta(seconds=max(self.timeout, 1)))
+        if self.rank == 0:  # listening on the chosen address only, never every interface unless asked (listen.py)
+            from dataclasses import replace
+
+            from ..errors import LaunchError
+            from .listen import main_machine_address, open_store
+
+            rdzv = self.plan.rendezvous
+            if not rdzv.listen:  # the main address did not resolve when the plan was made: the checks waited for it
+                address, why = main_machine_address(self.host)
+                rdzv = replace(rdzv, listen=address, listen_why=why)
+                self.plan = replace(self.plan, rendezvous=rdzv)
+            if not rdzv.listen:
+                raise LaunchError(f"machine 0 cannot tell where its rendezvous store should listen: {rdzv.listen_why}; "
+                                  "check --main-process-ip, or give --listen-address ADDRESS (an address of this "
+                                  "machine the other machines reach)")
+            self.store, _ = open_store(rdzv.listen, self.port, self.host, self.timeout, rdzv.listen_why)
         else:
             self._wait_for_port(deadline)
             self.store = TCPStore(self.host, self.port, is_master=False,

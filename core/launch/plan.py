@@ -24,6 +24,8 @@ class Rendezvous:
     run_id: str | None = None
     timeout: float = 900.0  # seconds every machine has to join (the rdzv_timeout setting)
     why: str = ""  # why this backend (shown by the dry run)
+    listen: str | None = None  # the address the store listens on (machine 0); None: not known yet (see listen.py)
+    listen_why: str = ""  # why there, in words
 
     def main_machine(self, nproc: int) -> str:
         """Which machine holds the main process (global rank 0), and why, in words."""
@@ -104,15 +106,27 @@ DEFAULT_MULTI_MACHINE_PORT = 29500
 def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | None = None) -> LaunchPlan:
     """The plan every backend that starts workers through torch's elastic agent returns (ddp, fsdp, ...).
 
-    One machine without a port: the agent binds a free port itself (port 0), so concurrent runs never
-    collide. Several machines: everyone meets at main_process_ip:main_process_port (29500 by default), through
-    the static rendezvous unless another was chosen (machine k then hosts global ranks k*nproc..).
+    One machine: the launcher's store on loopback (a free port unless main_process_port names one, so concurrent runs
+    never collide), met through the static rendezvous. Several machines: everyone meets at
+    main_process_ip:main_process_port (29500 by default), through the static rendezvous unless another was chosen
+    (machine k then hosts global ranks k*nproc..); machine 0's store listens on the address that reaches
+    main_process_ip (or listen_address). Where everything listens: listen.py.
     """
+    import os
+
+    from . import listen as listening
+
     machines = settings["num_machines"]
     ip, port = settings["main_process_ip"], settings["main_process_port"]
     backend, why = settings["rdzv_backend"], ""
+    address, address_why = listening.choose(settings)
     if machines == 1:
-        endpoint = f"{ip or '127.0.0.1'}:{port or 0}"
+        # the launcher's own store, bound where `address` says (loopback by default), shared by the agent and the
+        # workers through the static rendezvous: torch's c10d would open a second store on every interface
+        endpoint = listening.host_port(listening.connect_host(address or listening.LOOPBACK), str(port or 0))
+        backend, why = "static", ("one machine: the agent and the workers share the launcher's store" +
+                                  (f"; rdzv_backend {settings['rdzv_backend']} applies across machines"
+                                   if settings["rdzv_backend"] != "static" else ""))
     else:
         endpoint = f"{ip}:{port or DEFAULT_MULTI_MACHINE_PORT}"
         source = settings.source("rdzv_backend") if hasattr(settings, "source") else "default"
@@ -129,7 +143,8 @@ def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | No
         machine_rank=settings["machine_rank"],
         device=device,
         rendezvous=Rendezvous(backend=backend, endpoint=endpoint, timeout=float(settings.get("rdzv_timeout", 900.0)),
-                              why=why),
+                              why=why, listen=address, listen_why=address_why),
         max_restarts=settings["max_restarts"],
+        env=listening.worker_environment(settings, address, os.environ),
         notes=list(notes or []),
     )
