@@ -10,6 +10,8 @@ from typing import Any, Iterator
 
 from acc import backend as sdk
 
+from . import tuning
+
 ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch",)
 NAME = "fsdp"
@@ -32,6 +34,21 @@ def acc_add_settings(registry: Any) -> None:
     ))
     registry.add(sdk.Setting("fsdp_cpu_offload", bool, False, "keep sharded parameters on the CPU between uses",
                          ("--fsdp-cpu-offload",)))
+    # step speed (acc_fsdp/tuning.py; defaults measured in bench/sharded.py)
+    registry.add(sdk.Setting(
+        "fsdp_reduce_scatter", str, "auto",
+        "how gradients are reduce-scattered: native (the process group's own), all_to_all (chunks exchanged, then "
+        "summed locally: half the volume of gloo's own); auto: all_to_all on gloo, native otherwise",
+        ("--fsdp-reduce-scatter",), choices=tuning.REDUCE_SCATTER))
+    registry.add(sdk.Setting(
+        "fsdp_prefetch", int, 1,
+        "units whose all-gather starts ahead, in forward and backward, in the background (0: FSDP2's own, which on "
+        "the CPU waits for each all-gather); units are taken in the order the model defines them",
+        ("--fsdp-prefetch",), minimum=0, maximum=8))
+    registry.add(sdk.Setting(
+        "fsdp_keep_last_unsharded", bool, True,
+        "keep the last unit's parameters gathered after forward (backward needs them first): one all-gather less "
+        "per step, no more peak memory", ("--fsdp-keep-last-unsharded",)))
 
 
 @sdk.hookimpl
@@ -124,14 +141,14 @@ def _shard(ctx: sdk.RunContext, model: Any) -> None:
 
     kwargs: dict[str, Any] = {"mesh": _mesh(ctx),
                               "reshard_after_forward": ctx.settings["fsdp_strategy"] != "shard_grad_op"}
-    root_kwargs = dict(kwargs)
+    root_mp = None
     if ctx.settings["mixed_precision"] == "bf16":
         # inner units compute and hand on bf16; the root hands the user float32 outputs
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        root_kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
-                                                        output_dtype=torch.float32)
+        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                       output_dtype=torch.float32)
     if ctx.settings["fsdp_cpu_offload"]:
-        kwargs["offload_policy"] = root_kwargs["offload_policy"] = CPUOffloadPolicy()
+        kwargs["offload_policy"] = CPUOffloadPolicy()
     kind, arg = parse_wrap(ctx.settings["fsdp_wrap"])
     if kind == "classes":
         found = {type(m).__name__ for m in model.modules()}
@@ -150,9 +167,13 @@ def _shard(ctx: sdk.RunContext, model: Any) -> None:
                 pending[name] = 0
     else:
         targets = []
-    for module in targets:
-        fully_shard(module, **kwargs)
-    fully_shard(model, **root_kwargs)
+    position = {id(m): i for i, m in enumerate(model.modules())}
+    ordered = sorted(targets, key=lambda m: position[id(m)])  # the order the model defines them (forward order)
+    for module in targets:  # children before parents
+        fully_shard(module, **dict(kwargs, reshard_after_forward=tuning.reshard_after_forward(
+            ctx, ordered.index(module), len(ordered))))
+    fully_shard(model, **dict(kwargs, **({"mp_policy": root_mp} if root_mp is not None else {})))
+    tuning.apply(ctx, model, ordered)
 
 
 @sdk.hookimpl
