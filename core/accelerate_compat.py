@@ -354,7 +354,7 @@ def per_machine(total: int, machines: int, given: str, machines_from: str) -> in
 _STRATEGIES = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_SHARD": None,
                "HYBRID_SHARD": "hybrid_shard", "HYBRID_SHARD_ZERO2": None}
 _STRATEGY_ORDER = list(_STRATEGIES)  # Accelerate also accepts 1-5 (torch's ShardingStrategy values)
-_FSDP1_ONLY = ("fsdp_backward_prefetch", "fsdp_sync_module_states", "fsdp_use_orig_params")
+_FSDP1_ONLY = ("fsdp_backward_prefetch", "fsdp_use_orig_params")
 FSDP_KEYS = (
     "fsdp_version", "fsdp_offload_params", "fsdp_min_num_params", "fsdp_sharding_strategy", "fsdp_reshard_after_forward",
     "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_backward_prefetch", "fsdp_state_dict_type",
@@ -389,7 +389,8 @@ def _strategy(raw: Any, where: str) -> str:
 
 
 def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[Any, str]], list[str]]:
-    """Accelerate's fsdp_* options -> acc's fsdp settings (fsdp_strategy, fsdp_wrap, fsdp_cpu_offload).
+    """Accelerate's fsdp_* options -> acc's fsdp settings (fsdp_strategy, fsdp_wrap, fsdp_cpu_offload,
+    fsdp_from_rank0).
 
     `given` maps each option to (value, where it was given). Returns {setting: (value, where)} and notes.
     Options acc cannot honour are errors; those FSDP2 has no use for (acc's fsdp backend runs FSDP2, like
@@ -463,8 +464,14 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
     elif name == "NO_WRAP":
         out["fsdp_wrap"] = ("", policy[1])
     off_only("fsdp_forward_prefetch", "FSDP2 has no forward prefetch option (Accelerate refuses it with FSDP2 too)")
-    off_only("fsdp_cpu_ram_efficient_loading", "every process builds and loads the model, then keeps its shard "
-             "(there is no rank-0-only loading); set it to false")
+    # Accelerate's FSDP2 takes rank 0's weights with cpu_ram_efficient_loading (the others build on the meta device);
+    # FSDP1's sync_module_states asked for the same: both are acc's fsdp_from_rank0
+    for key in ("fsdp_sync_module_states", "fsdp_cpu_ram_efficient_loading"):
+        if given.get(key, (None,))[0] is not None:
+            raw, where = given[key]
+            wanted = _bool(raw, where)
+            if wanted or "fsdp_from_rank0" not in out:
+                out["fsdp_from_rank0"] = (wanted, where)
     off_only("fsdp_activation_checkpointing", "acc has no activation-checkpointing setting yet; use "
              "torch.utils.checkpoint in the model")
     if given.get("fsdp_state_dict_type", (None,))[0] is not None:

@@ -8,10 +8,11 @@ through a hook, so a backend changes behaviour without the facade knowing which 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
+import os
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pluggy
@@ -30,7 +31,9 @@ from .kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulatio
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
 from .precision import BackendStepper, Precision, check_supported
 from .runtime import Runtime
-from .saving import SavingMixin
+from .prepared import PreparedObjects
+from .saving import Checkpointer
+from .sharded_build import check_empty_init, check_meta_models, has_meta
 from .state import only_on
 from .utils.deepspeed import DummyOptim, DummyScheduler, check_prepare
 
@@ -41,7 +44,7 @@ if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
 _UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<not given>", "__bool__": lambda self: False})()
 
 
-class Accelerator(CollectivesMixin, SavingMixin):
+class Accelerator(CollectivesMixin):
     """Runs one training loop on whichever backend the launch (or `ACC_BACKEND`, or a config file) chose.
 
     Arguments given here override the launch settings (a warning says so when they contradict a value
@@ -127,19 +130,17 @@ class Accelerator(CollectivesMixin, SavingMixin):
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self._precision = self._make_precision()
         self._backward_hook = self._hooks.acc_backward
-        self._models: list[Any] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[PreparedDataLoader] = []
+        self._prepared = PreparedObjects()  # what prepare returned and register_for_checkpointing added
         self._steppers: list[BackendStepper] = []
         self._prepared_for: dict[int, AcceleratedOptimizer] = {}
-        self._custom_objects: list[Any] = []
-        # OrderedDicts, as torch's RemovableHandle keeps a weak reference to the registry
-        self._save_model_state_pre_hook: collections.OrderedDict[int, Callable] = collections.OrderedDict()
-        self._load_model_state_pre_hook: collections.OrderedDict[int, Callable] = collections.OrderedDict()
-        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
-        if project_dir is not None and self.project_configuration.project_dir is None:
-            self.project_configuration.set_directories(project_dir)
+        config = project_config or ProjectConfiguration(project_dir=project_dir)
+        if project_dir is not None and config.project_dir is None:
+            config.set_directories(project_dir)
+        self._checkpointer = Checkpointer(
+            self.ctx, self._hooks, self._prepared, unwrap=self.unwrap_model, scaler=lambda: self.scaler,
+            project_configuration=config,
+            plugins={name: (info.distribution, info.version) for name, info in self._assembly.infos.items()},
+            distributed_type=lambda: self.distributed_type)
         self.flag_tensor: torch.Tensor | None = None
         self._log_with = log_with
         self._tracking: Any = None
@@ -341,6 +342,24 @@ class Accelerator(CollectivesMixin, SavingMixin):
         """This run's autocast context, for code outside the prepared models' forward (e.g. a loss)."""
         return self._precision.autocast(autocast_handler)
 
+    # ------------------------------------------------------------------ building models
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Build models for this backend (Lightning Fabric's `init_module`): under fsdp the parameters start on the
+        meta device and each process keeps only its part of their initial values (each module's reset_parameters()
+        replayed, so the weights equal a normal build's with the same seed); under deepspeed ZeRO-3 inside
+        `deepspeed.zero.Init`; elsewhere (cpu, ddp) a normal build. `empty_init=True`: the weights will be loaded
+        (acc.load_checkpoint_in_model reads each process's part), so their initialisation may be skipped;
+        `empty_init=False`: a normal build on every backend."""
+        check_empty_init(empty_init)
+        build = None if empty_init is False else self._hooks.acc_init_module(ctx=self.ctx, empty_init=empty_init)
+        if build is None:
+            yield
+            return
+        with build.context():
+            yield
+        self._runtime.builds.append(build)
+
     # ------------------------------------------------------------------ prepare
     def prepare(self, *objects: Any, device_placement: list[bool] | None = None) -> Any:
         """Prepare models, optimizers, data loaders and LR schedulers for this backend; returned in order.
@@ -364,10 +383,12 @@ class Accelerator(CollectivesMixin, SavingMixin):
             models = []
             for i in model_idx:
                 model = objects[i]
-                if placement[i] and self.device is not None:
+                if placement[i] and self.device is not None and not has_meta(model):  # a meta model: the backend's
                     model = model.to(self.device)
                 self._precision.patch_forward(model)
                 models.append(model)
+            if any(has_meta(m) for m in models):
+                check_meta_models(models, self.backend, self._hooks.acc_init_module(ctx=self.ctx, empty_init=None))
             raw_opts = [objects[i] for i in opt_idx]
             wrapped_models, wrapped_opts = self._hooks.acc_wrap(ctx=self.ctx, models=models, optimizers=raw_opts)
             if len(wrapped_models) != len(models) or len(wrapped_opts) != len(raw_opts):
@@ -647,6 +668,76 @@ class Accelerator(CollectivesMixin, SavingMixin):
         """The tracker called `name` (with `unwrap`, its library's own run object)."""
         return self._trackers().get(name, unwrap=unwrap)
 
+    # ------------------------------------------------------------------ checkpoints (saving.py's Checkpointer)
+    @property
+    def project_configuration(self) -> ProjectConfiguration:
+        return self._checkpointer.project_configuration
+
+    @project_configuration.setter
+    def project_configuration(self, config: ProjectConfiguration) -> None:
+        self._checkpointer.project_configuration = config
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and restore these objects with the state (each needs state_dict and load_state_dict)."""
+        self._prepared.register(*objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call `hook(models, weights, output_dir)` in `save_state` before anything is written; a hook that saves
+        a model itself removes its entry from `weights`, and acc then does not write that model. Returns a handle
+        whose `remove()` unregisters the hook."""
+        return self._checkpointer.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call `hook(models, input_dir)` in `load_state` before anything is read; a hook that loads a model itself
+        removes it from `models`, and acc then does not load that model."""
+        return self._checkpointer.register_load_state_pre_hook(hook)
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> Path:
+        """Write everything needed to resume into `output_dir` (or the next automatic name), on every process;
+        the directory appears only once complete. Returns it (saving.py: what is written, and how)."""
+        return self._checkpointer.save_state(output_dir, safe_serialization, **save_model_func_kwargs)
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict | None = None,
+                   strict: bool = True, **load_model_func_kwargs: Any) -> Path:
+        """Restore what `save_state` wrote; with no directory, the newest complete automatic checkpoint whose
+        files verify (saving.py: what is restored; data positions only with resume_data_position)."""
+        return self._checkpointer.load_state(input_dir, load_kwargs, strict, **load_model_func_kwargs)
+
+    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's full state dict (gathered from shards where needed), complete on the main process."""
+        return self._checkpointer.get_state_dict(model, unwrap)
+
+    def save_model(self, model: Any, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """Write the unwrapped model's weights as safetensors (sharded with an index file when large)."""
+        self._checkpointer.save_model(model, save_directory, max_shard_size, safe_serialization)
+
+    def save(self, obj: Any, path: str | os.PathLike) -> None:
+        """torch.save on the main process only (other processes return at once)."""
+        self._checkpointer.save(obj, path)
+
+    # the registry under Accelerate's private names, which some scripts read
+    @property
+    def _models(self) -> list[Any]:
+        return self._prepared.models
+
+    @property
+    def _optimizers(self) -> list[AcceleratedOptimizer]:
+        return self._prepared.optimizers
+
+    @property
+    def _schedulers(self) -> list[AcceleratedScheduler]:
+        return self._prepared.schedulers
+
+    @property
+    def _dataloaders(self) -> list[PreparedDataLoader]:
+        return self._prepared.dataloaders
+
+    @property
+    def _custom_objects(self) -> list[Any]:
+        return self._prepared.custom_objects
+
     # ------------------------------------------------------------------ memory, profiling, uneven inputs
     def free_memory(self, *objects: Any) -> list:
         """Drop the references this Accelerator holds (models, optimizers, schedulers, loaders), reset `step`,
@@ -657,7 +748,7 @@ class Accelerator(CollectivesMixin, SavingMixin):
             if type(model).__name__ == "DeepSpeedEngine" and callable(getattr(model, "destroy", None)):
                 model.destroy()
         released = release_memory(*objects)
-        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self._prepared.release()
         self._steppers, self._prepared_for = [], {}
         self.ctx.dataloaders.clear()
         self.ctx.loop.micro_step = 0

@@ -59,6 +59,11 @@ _LAZY = {
     "model_prefix": ("sharded", "model_prefix"),
     # nested structures of tensors
     "apply": ("ops", "apply"),
+    # models built sharded (acc_init_module): the build interface, the meta-device build, the usual splits
+    "ShardedBuild": ("sharded_build", "ShardedBuild"),
+    "MetaBuild": ("sharded_build", "MetaBuild"),
+    "dim0_split": ("sharded_build", "dim0_split"),
+    "flat_split": ("sharded_build", "flat_split"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .distributed import choose_device, destroy_process_group, init_process_group, launcher_facts
     from .ops import apply
     from .sharded import ShardedReader, model_prefix, save_pieces
+    from .sharded_build import MetaBuild, ShardedBuild, dim0_split, flat_split
 
 
 def __getattr__(name: str) -> Any:
@@ -107,7 +113,8 @@ __all__ = [
     "DummyOptim", "DummyScheduler", "scheduler_for",
     "AccError", "Capabilities", "CheckpointError", "Communicator", "ConfigError", "Detection", "DistributedType",
     "LaunchPlan", "LocalCommunicator", "LoopState", "ProcessInfo", "Rendezvous", "ResolvedSettings", "RunContext",
-    "Setting", "ShardedReader", "TorchDistributed", "ValidationError",
+    "MetaBuild", "Setting", "ShardedBuild", "ShardedReader", "TorchDistributed", "ValidationError",
+    "dim0_split", "flat_split",
     "apply", "choose_device", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
     "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "model_prefix",
     "module_available",

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .detection import Detection
     from .launch.plan import LaunchPlan
     from .settings import ResolvedSettings, ScopedRegistry
+    from .sharded_build import ShardedBuild
 
 PROJECT = "acc"
 HOOKSPEC_VERSION = 2
@@ -60,13 +61,14 @@ SELECTION_HOOKS = (
     "acc_load_checkpoint",
     "acc_model_state_dict",
     "acc_merge_weights",
+    "acc_init_module",
 )
 
 # Version 1's collectives, one hook each (a version-1 backend implements all six or none; the kernel wraps
 # them into a Communicator). Version 2 backends answer acc_communicator instead.
 V1_COLLECTIVE_HOOKS = ("acc_all_reduce", "acc_all_gather", "acc_gather_object", "acc_broadcast",
                        "acc_broadcast_object", "acc_barrier")
-V2_ONLY_HOOKS = ("acc_communicator", "acc_capabilities")
+V2_ONLY_HOOKS = ("acc_communicator", "acc_capabilities", "acc_init_module")
 
 
 # --------------------------------------------------------------------------- launcher side (torch-free)
@@ -208,6 +210,31 @@ def acc_teardown(ctx: "RunContext") -> None:
     **Kind**: broadcast.
     **Called by**: ``Accelerator.end_training``, on every process.
     **Default**: cpu has nothing to release.
+    """
+
+
+# --------------------------------------------------------------------------- worker side: build
+
+
+@hookspec(firstresult=True)
+def acc_init_module(ctx: "RunContext", empty_init: bool | None) -> "ShardedBuild | None":
+    """How models built inside ``with accelerator.init_module():`` come to exist on this backend.
+
+    :param ctx: the run context, after ``acc_setup``.
+    :param empty_init: the script's argument: None (the backend decides), True (the weights will be loaded:
+        initialising them may be skipped).
+    :return: an ``acc.backend.ShardedBuild`` (its ``context()`` is entered around the construction; ``part`` and
+        ``store`` say which range of each parameter this process keeps and put a value there, which is how
+        ``acc.load_checkpoint_in_model`` reads only this process's part of a checkpoint), or None for a normal
+        build. ``acc.backend.MetaBuild`` builds on the meta device and initialises part by part (for backends that
+        shard after building); a build with ``materializes_meta`` lets ``prepare`` hand the backend models whose
+        parameters are on the meta device (others are refused before ``acc_wrap``).
+
+    **Kind**: selection (version 2).
+    **Called by**: ``Accelerator.init_module``, on every process, each time the context is entered (not for
+    ``empty_init=False``, which asks for a normal build); ``Accelerator.prepare`` when a model has meta parameters.
+    **Default**: cpu answers None: a normal build (each process holds the whole model, as it trains it); so does
+    every backend that does not implement the hook.
     """
 
 

@@ -71,6 +71,7 @@ class Runtime(CollectivesMixin):
         self.ctx.process = info
         self.ctx.communicator = self._communicator()
         self.accelerator: Any = None  # the Accelerator built on this runtime, if any (for GradientState)
+        self.builds: list[Any] = []  # the ShardedBuilds of init_module() contexts (acc.load_checkpoint_in_model)
         self._ended = False
         lifecycle.install(self.teardown)
         _CURRENT["runtime"] = self

@@ -67,21 +67,23 @@ def _check_devices(device_map: dict[str, Any], main: torch.device) -> None:
 
 
 def _check_keys(model: nn.Module, tensors: ModelTensors, records: dict[str, TensorRecord], strict: bool,
-                where: str) -> None:
+                where: str, has_values: set[str] = frozenset(),  # type: ignore[assignment]
+                shape_of: Any = None) -> None:
+    shape_of = shape_of or (lambda name: tuple(_get(model, name).shape))
     missing, loose = [], []
     for names in tensors.groups:
         if any(n in records for n in names):
             continue
-        if _get(model, names[0]).is_meta:
+        if _get(model, names[0]).is_meta and names[0] not in has_values:
             missing.append(names[0])
         elif tensors.persistent[names[0]]:
             loose.append(names[0])
     unexpected = [k for k in records if k not in tensors.ids]
     for names in tensors.groups:
         record = next((records[n] for n in names if n in records), None)
-        if record is not None and tuple(_get(model, names[0]).shape) != record.shape:
+        if record is not None and shape_of(names[0]) != record.shape:
             raise CheckpointError(f"{where}: '{names[0]}' has shape {list(record.shape)} in the checkpoint, but "
-                                  f"{list(_get(model, names[0]).shape)} in the model (another configuration?)")
+                                  f"{list(shape_of(names[0]))} in the model (another configuration?)")
     hint = _prefix_hint(missing + loose, unexpected)
     if missing or (strict and (loose or unexpected)):
         problems = []
@@ -118,6 +120,9 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
     `strict`. (`offload_state_dict` is accepted for compatibility: loading never holds the whole state.)
     """
     tensors = ModelTensors.of(model)
+    builds = _builds_of(model)
+    if builds:
+        return _load_parts(model, tensors, builds, checkpoint, device_map, _as_dtype(dtype), strict)
     device_map = check_device_map(model, device_map or {"": "cpu"}, tensors)
     _check_devices(device_map, torch.device("cpu"))
     dtype = _as_dtype(dtype)
@@ -147,6 +152,55 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
             _set(model, names, value.to(_device(place)) if place not in ("cpu", "disk") else value)
     if folder is not None:
         folder.flush()
+
+
+def _builds_of(model: nn.Module) -> dict[int, Any]:
+    """The parameters of `model` built under `accelerator.init_module()` by a sharding backend, with their build."""
+    from ..runtime import current
+    from ..sharded_build import owner_of
+
+    runtime = current()
+    builds = getattr(runtime, "builds", None) or []
+    if not builds:
+        return {}
+    found = {}
+    for param in model.parameters():
+        build = owner_of(param, builds)
+        if build is not None:
+            found[id(param)] = build
+    return found
+
+
+def _load_parts(model: nn.Module, tensors: ModelTensors, builds: dict[int, Any], checkpoint: str | Path,
+                device_map: Any, dtype: torch.dtype | None, strict: bool) -> None:
+    """Load a checkpoint into a model built sharded: each parameter's part that this process keeps is read alone
+    (its byte range, never the whole tensor) and stored by its build; buffers (whole on every process) are read
+    whole."""
+    if device_map not in (None, {"": "cpu"}):
+        raise DeviceMapError(f"device_map={device_map!r}: a model built sharded under accelerator.init_module() is "
+                             "placed by its backend at prepare(); load it without a device map")
+    records = open_checkpoint(checkpoint)
+
+    def shape_of(name: str) -> tuple[int, ...]:
+        tensor = _get(model, name)
+        build = builds.get(id(tensor))
+        return build.full_shape(tensor) if build is not None else tuple(tensor.shape)
+
+    valued = {names[0] for names in tensors.groups
+              if id(_get(model, names[0])) in builds and builds[id(_get(model, names[0]))].has_value(_get(model, names[0]))}
+    _check_keys(model, tensors, records, strict, f"checkpoint {checkpoint}", has_values=valued, shape_of=shape_of)
+    for names in tensors.groups:
+        record = next((records[n] for n in names if n in records), None)
+        if record is None:
+            continue
+        current = _get(model, names[0])
+        target = dtype if dtype is not None and current.is_floating_point() else current.dtype
+        build = builds.get(id(current))
+        if build is None:
+            _set(model, names, record.read().to(target))
+        else:
+            start, stop = build.part(current)
+            build.store(current, record.read_range(start, stop).to(target))
 
 
 # ---------------------------------------------------------------------------------------------- hooks

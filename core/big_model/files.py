@@ -41,19 +41,33 @@ class TensorRecord:
         """The tensor, read from disk into fresh memory (then moved to `device`)."""
         if self.nbytes == 0:
             return torch.empty(self.shape, dtype=self.dtype, device=device)
-        buffer = torch.empty(self.nbytes, dtype=torch.uint8)
-        view = memoryview((ctypes.c_ubyte * self.nbytes).from_address(buffer.data_ptr())).cast("B")
+        tensor = self._bytes(self.offset, self.nbytes).view(self.dtype).reshape(self.shape)
+        return tensor if torch.device(device).type == "cpu" else tensor.to(device)
+
+    def read_range(self, start: int, stop: int) -> torch.Tensor:
+        """Elements [start, stop) of the row-major flattened tensor (1-D), reading only their bytes: how a
+        process loads its part of a sharded parameter without a whole copy."""
+        size = torch.empty((), dtype=self.dtype).element_size()
+        if not 0 <= start <= stop <= self.nbytes // size:
+            raise CheckpointError(f"{self.path}: elements {start}..{stop} asked of a tensor of {self.nbytes // size}")
+        if stop == start:
+            return torch.empty(0, dtype=self.dtype)
+        return self._bytes(self.offset + start * size, (stop - start) * size).view(self.dtype)
+
+    def _bytes(self, offset: int, nbytes: int) -> torch.Tensor:
+        """`nbytes` bytes of the file from `offset`, with positioned reads straight into a fresh buffer."""
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+        view = memoryview((ctypes.c_ubyte * nbytes).from_address(buffer.data_ptr())).cast("B")
         with open(self.path, "rb", buffering=0) as fp:
-            fp.seek(self.offset)
+            fp.seek(offset)
             done = 0
-            while done < self.nbytes:
+            while done < nbytes:
                 count = fp.readinto(view[done:])
                 if not count:
-                    raise CheckpointError(f"{self.path}: ends before the tensor at byte {self.offset + done} "
+                    raise CheckpointError(f"{self.path}: ends before the tensor at byte {offset + done} "
                                           "(truncated file?)")
                 done += count
-        tensor = buffer.view(self.dtype).reshape(self.shape)
-        return tensor if torch.device(device).type == "cpu" else tensor.to(device)
+        return buffer
 
 
 def read_safetensors_index(path: str | Path) -> dict[str, TensorRecord]:

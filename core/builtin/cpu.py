@@ -231,3 +231,8 @@ def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> l
                               f"{', '.join(held) or 'none'}); choose one with --model")
     save_tensors({n[len(prefix):]: reader.full(n) for n in names}, out)
     return names
+
+
+@hookimpl(trylast=True)
+def acc_init_module(ctx: RunContext, empty_init: bool | None) -> None:
+    return None  # a normal build: one process holds the whole model, as it trains it

@@ -4,7 +4,7 @@ records what came back, for `acc.testing`'s suite to judge against the backend's
     acc launch --backend NAME --nproc N -m acc.testing.job --out DIR --phase contract|train|accumulate [...]
 
 Phases:
-- contract: every hook through the API (prepare, backward, clipping, no_sync, the collectives, save/load) with
+- contract: every hook through the API (acc_init_module's answer, prepare, backward, clipping, no_sync, the collectives, save/load) with
   the types of their answers, and what the collectives returned.
 - train: Adam on a small model with seeded shuffling (acc's semantics), checkpoints at several steps; every rank
   records its parameters after each step, its parameters and Adam state at each save and after loading each
@@ -87,6 +87,11 @@ def run_contract(out: Path) -> None:
     info = acc.ctx.process
     types["acc_setup"] = {"ok": info is not None and info.num_processes == world and 0 <= rank < world,
                           "device": str(acc.device)}
+    from ..sharded_build import ShardedBuild
+
+    build = _record(types, "acc_init_module", lambda: acc._hooks.acc_init_module(ctx=acc.ctx, empty_init=None))
+    if types["acc_init_module"]["ok"] and not (build is None or isinstance(build, ShardedBuild)):
+        types["acc_init_module"] = {"ok": False, "error": f"answered {type(build).__name__}, not a ShardedBuild or None"}
     set_seed(0)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)

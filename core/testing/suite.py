@@ -25,7 +25,7 @@ from acc.errors import ValidationError
 from acc.testing import backend_flags, clean_environment
 
 pytestmark = pytest.mark.acc_conformance
-HOOKS_CHECKED = ("acc_setup", "acc_wrap", "acc_wrap_dataloader", "acc_unwrap_model", "acc_no_sync", "acc_backward",
+HOOKS_CHECKED = ("acc_setup", "acc_init_module", "acc_wrap", "acc_wrap_dataloader", "acc_unwrap_model", "acc_no_sync", "acc_backward",
                  "acc_clip_grad_norm", "acc_optimizer_step", "all_gather", "gather_object", "all_reduce",
                  "broadcast", "broadcast_object", "barrier", "acc_save_checkpoint", "acc_load_checkpoint",
                  "acc_model_state_dict")

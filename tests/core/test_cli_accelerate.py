@@ -206,8 +206,6 @@ def test_num_processes_that_does_not_divide_over_the_machines(script):
     (["--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "Block"],
      ["flag --fsdp_transformer_layer_cls_to_wrap", "TRANSFORMER_BASED_WRAP"]),
     (["--use_fsdp", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"], ["_no_split_modules", "name the classes"]),
-    (["--use_fsdp", "--fsdp_cpu_ram_efficient_loading", "true"], ["flag --fsdp_cpu_ram_efficient_loading",
-                                                                 "not supported"]),
     (["--use_fsdp", "--fsdp_state_dict_type", "FULL_STATE_DICT"], ["flag --fsdp_state_dict_type", "SHARDED_STATE_DICT"]),
     (["--tee", "1"], ["flag --tee 1", "use --tee 3"]),
     (["--dynamo_mode", "max-autotune"], ["Accelerate's --dynamo_mode is not supported", "torch.compile"]),
@@ -441,6 +439,7 @@ def test_an_fsdp1_config_is_read_as_accelerate_converts_it_to_fsdp2(tmp_path, sc
     result = invoke("launch", "--dry-run", "--config_file", "f.yaml", str(script))
     assert result.exit_code == 0, result.output
     assert settings_table(result.output)["fsdp_strategy"][0] == "full_shard"
+    assert settings_table(result.output)["fsdp_from_rank0"][0] == "True"  # sync_module_states: rank 0's weights
     assert "fsdp_backward_prefetch has no effect: FSDP2, which acc's fsdp backend runs" in result.output
 
 
@@ -458,9 +457,6 @@ def test_an_fsdp1_config_is_read_as_accelerate_converts_it_to_fsdp2(tmp_path, sc
     ("num_processes: 2\n", ["needs a distributed_type"]),
     ("compute_environment: AMAZON_SAGEMAKER\ndistributed_type: MULTI_GPU\nec2_instance_type: ml.p3.2xlarge\n",
      ["AMAZON_SAGEMAKER is not supported", "SageMaker"]),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
-     "  fsdp_transformer_layer_cls_to_wrap: Block\n  fsdp_cpu_ram_efficient_loading: true\n",
-     ["line 5: key 'fsdp_config.fsdp_cpu_ram_efficient_loading'", "not supported"]),
     ("distributed_type: MULTI_GPU\ngpu_ids: 0,1\n", ["key 'gpu_ids'", "CUDA_VISIBLE_DEVICES=0,1"]),
     ("distributed_type: MULTI_GPU\ndynamo_config:\n  dynamo_backend: INDUCTOR\n", ["key 'dynamo_config'", "torch.compile"]),
     ("distributed_type: [MULTI_GPU\n", ["not valid YAML"]),

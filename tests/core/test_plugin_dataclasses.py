@@ -163,8 +163,8 @@ def fsdp(**fields):
 
 def test_fsdp_defaults_set_nothing():
     assert fsdp() == {}
-    assert fsdp(fsdp_version=2, activation_checkpointing=False, cpu_ram_efficient_loading=False,
-                forward_prefetch=False, state_dict_type="SHARDED_STATE_DICT") == {}
+    assert fsdp(fsdp_version=2, activation_checkpointing=False, forward_prefetch=False,
+                state_dict_type="SHARDED_STATE_DICT") == {}
 
 
 @pytest.mark.parametrize("fields,settings", [
@@ -175,6 +175,11 @@ def test_fsdp_defaults_set_nothing():
     ({"reshard_after_forward": False, "fsdp_version": 2}, {"fsdp_strategy": "shard_grad_op"}),
     ({"cpu_offload": True}, {"fsdp_cpu_offload": True}),
     ({"cpu_offload": False}, {"fsdp_cpu_offload": False}),
+    # rank 0's weights, the others' shards scattered at prepare (Accelerate's FSDP2 / FSDP1 names for it)
+    ({"cpu_ram_efficient_loading": True}, {"fsdp_from_rank0": True}),
+    ({"sync_module_states": True}, {"fsdp_from_rank0": True}),
+    ({"cpu_ram_efficient_loading": False, "sync_module_states": True}, {"fsdp_from_rank0": True}),
+    ({"cpu_ram_efficient_loading": False}, {"fsdp_from_rank0": False}),
     ({"auto_wrap_policy": "transformer_based_wrap", "transformer_cls_names_to_wrap": ["Block", "Head"]},
      {"fsdp_wrap": "transformer_layer=Block,Head"}),
     ({"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": "Block"},
@@ -232,9 +237,6 @@ def test_the_mapped_fsdp_values_pass_the_backends_own_setting_checks():
     ({"activation_checkpointing": True}, "FullyShardedDataParallelPlugin(activation_checkpointing=True): "
      "fsdp_activation_checkpointing true is not supported by acc's fsdp backend yet: acc has no "
      "activation-checkpointing setting yet; use torch.utils.checkpoint in the model"),
-    ({"cpu_ram_efficient_loading": True}, "FullyShardedDataParallelPlugin(cpu_ram_efficient_loading=True): "
-     "fsdp_cpu_ram_efficient_loading true is not supported by acc's fsdp backend yet: every process builds and "
-     "loads the model"),
     ({"forward_prefetch": True}, "FullyShardedDataParallelPlugin(forward_prefetch=True): fsdp_forward_prefetch true "
      "is not supported by acc's fsdp backend yet: FSDP2 has no forward prefetch option"),
     ({"sharding_strategy": "NO_SHARD"}, "FullyShardedDataParallelPlugin(sharding_strategy='NO_SHARD'): NO_SHARD is "
@@ -270,7 +272,6 @@ def test_fsdp_fields_acc_cannot_honour_are_refused_by_name(fields, fragment):
 @pytest.mark.parametrize("fields,fragment", [
     ({"backward_prefetch": "BACKWARD_PRE"}, "backward_prefetch='BACKWARD_PRE'): fsdp_backward_prefetch has no effect"),
     ({"use_orig_params": False}, "use_orig_params=False): fsdp_use_orig_params has no effect"),
-    ({"sync_module_states": True}, "sync_module_states=True): fsdp_sync_module_states has no effect"),
     ({"limit_all_gathers": False}, "limit_all_gathers=False) has no effect: FSDP2"),
 ])
 def test_fsdp1_only_fields_are_accepted_with_a_warning_as_accelerates_fsdp2_drops_them(fields, fragment):

@@ -117,6 +117,14 @@ def acc_teardown(ctx: sdk.RunContext) -> None:
     sdk.destroy_process_group(ctx.settings["timeout"])
 
 
+@sdk.hookimpl
+def acc_init_module(ctx: sdk.RunContext, empty_init: bool | None) -> Any:
+    from . import build
+
+    config = build.init_config(ctx)
+    return build.ZeroInitBuild(config) if config["zero_optimization"]["stage"] == 3 else None  # ZeRO-0/1/2: normal
+
+
 def _engine(ctx: sdk.RunContext, model: Any) -> Any:
     engine = ctx.backend_state.get("engine")
     return engine if engine is not None and (model is engine or model is engine.module) else None

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 from acc import backend as sdk
 
-from . import tuning
+from . import build, tuning
 
 ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch",)
@@ -34,6 +34,11 @@ def acc_add_settings(registry: Any) -> None:
     ))
     registry.add(sdk.Setting("fsdp_cpu_offload", bool, False, "keep sharded parameters on the CPU between uses",
                          ("--fsdp-cpu-offload",)))
+    registry.add(sdk.Setting(
+        "fsdp_from_rank0", bool, False,
+        "take every parameter and buffer from process 0 at prepare (Accelerate's sync_module_states / "
+        "cpu_ram_efficient_loading): the other processes may build on the meta device and receive only their shards",
+        ("--fsdp-from-rank0",)))
     # step speed (acc_fsdp/tuning.py; defaults measured in bench/sharded.py)
     registry.add(sdk.Setting(
         "fsdp_reduce_scatter", str, "auto",
@@ -177,6 +182,11 @@ def _shard(ctx: sdk.RunContext, model: Any) -> None:
 
 
 @sdk.hookimpl
+def acc_init_module(ctx: sdk.RunContext, empty_init: bool | None) -> sdk.ShardedBuild:
+    return build.new_build(ctx, empty_init)
+
+
+@sdk.hookimpl
 def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list, list]:
     from torch.distributed.fsdp import FSDPModule
 
@@ -186,6 +196,7 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
         if isinstance(model, FSDPModule):
             continue
         before = {id(p): name for name, p in model.named_parameters()}
+        parts = build.initial_parts(ctx, model)  # None: shard the model as it is
         for opt in known:  # the optimizer must be built on the sharded parameters: rebind it, before any step
             if any(id(p) in before for g in opt.param_groups for p in g["params"]) and opt.state:
                 raise sdk.AccError(
@@ -193,7 +204,11 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
                     "replaces the parameters when it shards, so prepare the model and optimizer before the first "
                     "optimizer step (e.g. model, optimizer = accelerator.prepare(model, optimizer))"
                 )
+        if parts is not None:
+            build.to_meta(model)
         _shard(ctx, model)
+        if parts is not None:
+            build.fill_shards(ctx, model, parts)
         after = dict(model.named_parameters())
         for opt in known:
             for group in opt.param_groups:
