@@ -6,6 +6,8 @@ Per process and step, for P parameters of b bytes and W processes (ring collecti
   ddp     all-reduce of the gradients:                                   2 (W-1)/W * P b
   fsdp    all-gather of parameters in forward and backward, reduce-scatter of gradients: 3 (W-1)/W * P b
   ZeRO-3  the same three collectives as fsdp:                             3 (W-1)/W * P b
+(On gloo, FSDP2's own reduce-scatter is an all-reduce's volume, 4 (W-1)/W in all; acc's fsdp default, an
+all_to_all reduce-scatter, is the 3 above, less one unit's all-gather with the last unit kept gathered.)
 Model: t(W) = t_compute + volume(W) / bandwidth, with t_compute the 1-process step and bandwidth fitted from
 the measured 2-process ddp step. The fsdp and ZeRO-3 points at W = 2 are then predictions to compare.
 """

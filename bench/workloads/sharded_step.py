@@ -1,7 +1,10 @@
 """A ~200 MB model (8 x Linear(2500, 2500), AdamW) trained a few steps on the launched backend; prints the
-per-step time and the largest per-rank peak RSS (VmHWM) as one BENCH line on rank 0."""
+per-step time and the largest per-rank peak RSS (VmHWM, model construction included) as one BENCH line on rank 0.
+`--init-module`: the model is built inside `accelerator.init_module()` (sharded as built under fsdp and ZeRO-3)."""
 
+import contextlib
 import json
+import sys
 import time
 
 import torch
@@ -23,12 +26,14 @@ def rss_mb(field: str) -> float:
 def main() -> None:
     accelerator = Accelerator()
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
-    params_mb = sum(p.numel() for p in model.parameters()) * 4 / 1e6
+    with accelerator.init_module() if "--init-module" in sys.argv[1:] else contextlib.nullcontext():
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
+    params_mb = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()) * 4 / 1e6
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = torch.utils.data.TensorDataset(torch.randn(8 * (WARMUP + STEPS) * accelerator.num_processes, WIDTH))
     loader = torch.utils.data.DataLoader(data, batch_size=8)  # prepared with the model: deepspeed takes its batch size
     model, opt, loader = accelerator.prepare(model, opt, loader)
+    built = accelerator.gather_object(rss_mb("VmHWM"))  # the peak of building and preparing the model
     for i, (x,) in enumerate(loader):
         if i == WARMUP:
             accelerator.wait_for_everyone()
@@ -45,6 +50,7 @@ def main() -> None:
     ends = accelerator.gather_object(rss_mb("VmRSS"))
     if accelerator.is_main_process:
         print("BENCH " + json.dumps({"per_step_s": per_step, "peak_rss_mb": max(peaks), "end_rss_mb": max(ends),
+                                     "built_rss_mb": max(built),
                                      "params_mb": params_mb,
                                      **({"peak_cuda_mb": max(peak_cuda)} if cuda else {})}))
     accelerator.end_training()

@@ -2,7 +2,7 @@
 
 Measured on gloo (CPU, 2 processes; bench/sharded.py): FSDP2's default reduce-scatter on gloo is gloo's own, which
 reduces the whole gradient and keeps a slice (an all-reduce's volume, twice a reduce-scatter's); an all-to-all of
-the gradient chunks followed by a local sum moves each chunk once (about 2.5x faster here). FSDP2's all-gathers are
+the gradient chunks followed by a local sum moves each chunk once. FSDP2's all-gathers are
 synchronous on the CPU (no streams to overlap on) unless unshards are asynchronous with explicit prefetching, which
 lets the next unit's all-gather run in gloo's thread while this one computes. Keeping the last unit unsharded after
 forward saves its all-gather at the start of backward, at no cost in peak memory (backward needs it at once); a
