@@ -1,9 +1,14 @@
-"""The facade's save and load: `save_state`/`load_state` (exact resume), `save_model`, `save`.
+"""The checkpointer: `save_state`/`load_state` (exact resume), `save_model`, `save` and the save/load pre-hooks,
+a component of the facade (Accelerator's methods of these names call it).
 
 The backend writes and reads model and optimizer state through `acc_save_checkpoint` /
 `acc_load_checkpoint` (a sharding backend writes shards from every process); the kernel writes the
 rest: schedulers, the fp16 scaler, data-loader positions, counters, registered objects (main process)
 and each process's RNG states (per process), then the manifest. See checkpoint.py for the protocol.
+
+What it works on is declared in its constructor: the run context (settings, loop counters, process, the
+communicator), the backend's hooks, the prepared-objects registry (prepared.py), how the facade unwraps a model,
+where the fp16 scaler is, the project configuration and the assembled plugins (for the manifest).
 """
 
 from __future__ import annotations
@@ -15,32 +20,58 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from . import checkpoint as ckpt
 from . import hashed_io
 from . import manifest as run_manifest
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, ProjectConfiguration
+from .prepared import PreparedObjects
 
 KERNEL_STATE = "kernel_state.pt"
 RNG_FILE = "rng_state_{rank}.pt"
 CUSTOM_FILE = "custom_{index}.pt"
 
 
-class SavingMixin:
-    """Mixed into `Accelerator`; expects the prepared-object lists, `ctx`, `_pm` and the collectives."""
+class Checkpointer:
+    """Writes and restores checkpoints of the prepared objects (see the module docstring for what it uses)."""
 
-    # ------------------------------------------------------------------ registration
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Save and restore these objects with the state (each needs state_dict and load_state_dict)."""
-        bad = [f"#{i} ({type(o).__name__})" for i, o in enumerate(objects)
-               if not (callable(getattr(o, "state_dict", None)) and callable(getattr(o, "load_state_dict", None)))]
-        if bad:
-            raise TypeError(f"register_for_checkpointing: object(s) {', '.join(bad)} lack state_dict() and "
-                            "load_state_dict(); wrap them in an object that has both")
-        self._custom_objects.extend(objects)
+    def __init__(self, ctx: Any, hooks: Any, prepared: PreparedObjects, *, unwrap: Callable[[Any], Any],
+                 scaler: Callable[[], Any], project_configuration: ProjectConfiguration,
+                 plugins: Mapping[str, tuple[str, str]], distributed_type: Callable[[], Any]):
+        self.ctx = ctx
+        self._hooks = hooks
+        self.prepared = prepared
+        self.unwrap_model = unwrap
+        self._scaler = scaler
+        self.project_configuration = project_configuration
+        self._plugins = dict(plugins)
+        self._distributed_type = distributed_type
+
+    # the run, as the checkpointer sees it
+    @property
+    def settings(self) -> Any:
+        return self.ctx.settings
+
+    @property
+    def num_processes(self) -> int:
+        return int(self.ctx.process.num_processes)
+
+    @property
+    def process_index(self) -> int:
+        return int(self.ctx.process.process_index)
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    def _broadcast(self, obj: Any) -> Any:
+        return obj if self.num_processes == 1 else self.ctx.communicator.broadcast_object(obj, 0)
+
+    def _gather_objects(self, obj: Any) -> list[Any]:
+        return list(self.ctx.communicator.gather_object(obj))
 
     # ------------------------------------------------------------------ save/load hooks
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
@@ -52,8 +83,8 @@ class SavingMixin:
         """
         from torch.utils.hooks import RemovableHandle
 
-        handle = RemovableHandle(self._save_model_state_pre_hook)
-        self._save_model_state_pre_hook[handle.id] = hook
+        handle = RemovableHandle(self.prepared.save_hooks)
+        self.prepared.save_hooks[handle.id] = hook
         return handle
 
     def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
@@ -61,25 +92,25 @@ class SavingMixin:
         itself removes it from `models`, and acc then does not load that model."""
         from torch.utils.hooks import RemovableHandle
 
-        handle = RemovableHandle(self._load_model_state_pre_hook)
-        self._load_model_state_pre_hook[handle.id] = hook
+        handle = RemovableHandle(self.prepared.load_hooks)
+        self.prepared.load_hooks[handle.id] = hook
         return handle
 
     def _models_to_save(self, output_dir: Path) -> list[Any]:
         """The models acc writes: all of them, minus those a save hook took over (it removed their weights)."""
-        if not self._save_model_state_pre_hook:
-            return list(self._models)
-        weights = [self.get_state_dict(m, unwrap=False) for m in self._models]
+        if not self.prepared.save_hooks:
+            return list(self.prepared.models)
+        weights = [self.get_state_dict(m, unwrap=False) for m in self.prepared.models]
         before = list(weights)
-        for hook in list(self._save_model_state_pre_hook.values()):
-            hook(self._models, weights, str(output_dir))
+        for hook in list(self.prepared.save_hooks.values()):
+            hook(self.prepared.models, weights, str(output_dir))
         kept = {id(w) for w in weights}
-        return [m for m, w in zip(self._models, before) if id(w) in kept]
+        return [m for m, w in zip(self.prepared.models, before) if id(w) in kept]
 
     def _models_to_load(self, input_dir: Path) -> list[Any]:
         """The models acc loads: all of them, minus those a load hook took over (it removed them from the list)."""
-        models = list(self._models)
-        for hook in list(self._load_model_state_pre_hook.values()):
+        models = list(self.prepared.models)
+        for hook in list(self.prepared.load_hooks.values()):
             hook(models, str(input_dir))
         return models
 
@@ -95,7 +126,7 @@ class SavingMixin:
             given = ["safe_serialization=False"] if not safe_serialization else []
             given += [f"{k}=..." for k in save_model_func_kwargs]
             warnings.warn(f"save_state({', '.join(given)}) is ignored: acc writes tensors as safetensors and other "
-                          "state with torch.save, and loads nothing that could run code", stacklevel=2)
+                          "state with torch.save, and loads nothing that could run code", stacklevel=3)
         config = self.project_configuration
         machines = self.settings.get("num_machines", 1)
         if config.save_on_each_node and machines > 1:
@@ -119,7 +150,7 @@ class SavingMixin:
                 tmp.mkdir()
             except OSError as exc:
                 problem = f"save_state: cannot create a directory in {final.parent}: {exc}"
-        tmp, problem = self.broadcast_object((str(tmp) if tmp else None, problem), from_process=0)
+        tmp, problem = self._broadcast((str(tmp) if tmp else None, problem))
         if problem:
             raise CheckpointError(problem)
         tmp = Path(tmp)  # the directory exists for everyone (shared file system)
@@ -133,7 +164,7 @@ class SavingMixin:
             with hashed_io.recording() as record:  # files written through the SDK are hashed and fsynced as written
                 written = list(self._hooks.acc_save_checkpoint(
                     ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
-                    optimizers=[o.optimizer for o in self._optimizers]) or [])
+                    optimizers=[o.optimizer for o in self.prepared.optimizers]) or [])
                 current = RNG_FILE.format(rank=self.process_index)
                 ckpt.save_object(ckpt.rng_state(), tmp / current)
                 written.append(current)
@@ -141,7 +172,7 @@ class SavingMixin:
                     current = KERNEL_STATE
                     ckpt.save_object(self._kernel_state(len(models)), tmp / KERNEL_STATE)
                     written.append(KERNEL_STATE)
-                    for i, obj in enumerate(self._custom_objects):
+                    for i, obj in enumerate(self.prepared.custom_objects):
                         current = CUSTOM_FILE.format(index=i)
                         ckpt.save_object(obj.state_dict(), tmp / current)
                         written.append(current)
@@ -168,7 +199,7 @@ class SavingMixin:
                 error = exc
                 failures = [(0, self._write_failure(exc, final, tmp, current))]
         if self.num_processes > 1:
-            failures = self.broadcast_object(failures, from_process=0)
+            failures = self._broadcast(failures)
         if failures:
             if self.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -216,7 +247,7 @@ class SavingMixin:
             except CheckpointError:
                 pass
         total = 0
-        for obj in [*(self.unwrap_model(m) for m in self._models), *(o.optimizer for o in self._optimizers)]:
+        for obj in [*(self.unwrap_model(m) for m in self.prepared.models), *(o.optimizer for o in self.prepared.optimizers)]:
             try:
                 state = obj.state_dict()
             except Exception:  # noqa: BLE001  (an estimate only)
@@ -224,7 +255,12 @@ class SavingMixin:
             from .ops import apply
 
             sizes: list[int] = []
-            apply(lambda t: sizes.append(t.numel() * t.element_size()) or t, state)
+
+            def count(t: torch.Tensor) -> torch.Tensor:
+                sizes.append(t.numel() * t.element_size())
+                return t
+
+            apply(count, state)
             total += sum(sizes)
         return total, "the size of its model and optimizer tensors; more with the other files"
 
@@ -233,9 +269,9 @@ class SavingMixin:
             "step": self.ctx.loop.step,
             "micro_step": self.ctx.loop.micro_step,
             "models": saved_models,
-            "schedulers": [s.state_dict() for s in self._schedulers],
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "dataloaders": [dl.state_dict() for dl in self._dataloaders],
+            "schedulers": [s.state_dict() for s in self.prepared.schedulers],
+            "scaler": self._scaler().state_dict() if self._scaler() is not None else None,
+            "dataloaders": [dl.state_dict() for dl in self.prepared.dataloaders],
         }
 
     def _prune(self, config: ckpt.ProjectConfiguration) -> None:
@@ -247,14 +283,13 @@ class SavingMixin:
 
     def _manifest(self) -> dict[str, Any]:
         s = self.settings
-        plugins = {name: (info.distribution, info.version) for name, info in self._assembly.infos.items()}
         run_dir = os.environ.get(run_manifest.RUN_DIR_ENV)
         command = None
         if run_dir and (Path(run_dir) / "manifest.json").is_file():
             command = json.loads((Path(run_dir) / "manifest.json").read_text()).get("command")
-        world = {"num_processes": self.num_processes, "distributed_type": self.distributed_type}
-        data = run_manifest.build(s, s.sources, plugins, command or sys.argv, world)
-        batch = [{"per_process": dl.per_process_batch_size, "global": dl.total_batch_size} for dl in self._dataloaders]
+        world = {"num_processes": self.num_processes, "distributed_type": self._distributed_type()}
+        data = run_manifest.build(s, s.sources, self._plugins, command or sys.argv, world)
+        batch = [{"per_process": dl.per_process_batch_size, "global": dl.total_batch_size} for dl in self.prepared.dataloaders]
         data["batch_sizes"] = batch
         return data
 
@@ -274,7 +309,7 @@ class SavingMixin:
         strict = bool(load_model_func_kwargs.pop("strict", strict))
         if load_kwargs or load_model_func_kwargs:
             warnings.warn(f"load_state({', '.join(list(load_kwargs or {}) + list(load_model_func_kwargs))}=...) is "
-                          "ignored: acc reads tensors with safetensors onto each process's device", stacklevel=2)
+                          "ignored: acc reads tensors with safetensors onto each process's device", stacklevel=3)
         if input_dir is None:
             config = self.project_configuration
             complete = ckpt.automatic_checkpoints(config.checkpoints_dir)
@@ -284,28 +319,30 @@ class SavingMixin:
             config.iteration = iteration + 1
         else:
             directory = Path(input_dir)
-            manifest, problems = self._verified_everywhere(directory)
-            if problems:
-                raise CheckpointError(f"load_state: refused {directory}: {problems[0]}; nothing was loaded")
+            found, problems = self._verified_everywhere(directory)
+            if problems or found is None:
+                raise CheckpointError(f"load_state: refused {directory}: {(problems or ['no manifest'])[0]}; "
+                                      "nothing was loaded")
+            manifest = found
         self._warn_about_differences(manifest, directory)
         state = ckpt.load_object(ckpt.verify(directory, manifest, KERNEL_STATE))
         models = self._models_to_load(directory)
-        saved = state.get("models", len(self._models))
+        saved = state.get("models", len(self.prepared.models))
         if saved != len(models):
             raise CheckpointError(f"{directory}: holds {saved} model(s), but {len(models)} are to be loaded "
-                                  f"({len(self._models)} prepared, {len(self._models) - len(models)} loaded by "
+                                  f"({len(self.prepared.models)} prepared, {len(self.prepared.models) - len(models)} loaded by "
                                   "load-state hooks); prepare the same models as when it was saved")
         self._hooks.acc_load_checkpoint(ctx=self.ctx, directory=directory,
                                           models=[self.unwrap_model(m) for m in models],
-                                          optimizers=[o.optimizer for o in self._optimizers], manifest=manifest)
+                                          optimizers=[o.optimizer for o in self.prepared.optimizers], manifest=manifest)
         self._restore_kernel_state(state, directory)
-        for i, obj in enumerate(self._custom_objects):
+        for i, obj in enumerate(self.prepared.custom_objects):
             obj.load_state_dict(ckpt.load_object(ckpt.verify(directory, manifest, CUSTOM_FILE.format(index=i))))
         rng_name = RNG_FILE.format(rank=self.process_index)
         saved_world = manifest.get("run", {}).get("processes", {}).get("num_processes")
         if saved_world == self.num_processes and rng_name in manifest.get("files", {}):
             ckpt.set_rng_state(ckpt.load_object(ckpt.verify(directory, manifest, rng_name)))
-        self.wait_for_everyone()
+        self.ctx.communicator.barrier()
         return directory
 
     def _verified_everywhere(self, directory: Path) -> tuple[dict[str, Any] | None, list[str]]:
@@ -327,14 +364,14 @@ class SavingMixin:
     def _newest_verified(self, complete: list[tuple[int, Path]]) -> tuple[int, Path, dict[str, Any]]:
         """The fallback rule of automatic naming: the newest checkpoint whose files all verify on every process;
         each newer one is refused with a warning naming the file and why."""
-        refused = []
+        refused: list[tuple[Path, str]] = []
         for iteration, directory in reversed(complete):
             manifest, problems = self._verified_everywhere(directory)
-            if not problems:
+            if not problems and manifest is not None:
                 if refused and self.is_main_process:
                     for name, problem in refused:
                         warnings.warn(f"load_state: refused {name}: {problem}; loading {directory} instead, the "
-                                      "newest complete checkpoint whose files all verify", stacklevel=3)
+                                      "newest complete checkpoint whose files all verify", stacklevel=4)
                 return iteration, directory, manifest
             refused.append((directory, problems[0]))
         listing = "; ".join(f"{d.name}: {p}" for d, p in refused)
@@ -342,19 +379,19 @@ class SavingMixin:
                               f"{listing}")
 
     def _restore_kernel_state(self, state: dict[str, Any], directory: Path) -> None:
-        if len(state["schedulers"]) != len(self._schedulers) or len(state["dataloaders"]) != len(self._dataloaders):
+        if len(state["schedulers"]) != len(self.prepared.schedulers) or len(state["dataloaders"]) != len(self.prepared.dataloaders):
             raise CheckpointError(
                 f"{directory}: holds {len(state['schedulers'])} scheduler(s) and {len(state['dataloaders'])} data "
-                f"loader(s), but {len(self._schedulers)} and {len(self._dataloaders)} are prepared; prepare the "
+                f"loader(s), but {len(self.prepared.schedulers)} and {len(self.prepared.dataloaders)} are prepared; prepare the "
                 "same objects as when it was saved"
             )
-        for sched, sd in zip(self._schedulers, state["schedulers"]):
+        for sched, sd in zip(self.prepared.schedulers, state["schedulers"]):
             sched.load_state_dict(sd)
-        if state["scaler"] is not None and self.scaler is not None:
-            self.scaler.load_state_dict(state["scaler"])
+        if state["scaler"] is not None and self._scaler() is not None:
+            self._scaler().load_state_dict(state["scaler"])
         positions = [_position(p) for p in state["dataloaders"]]
         if self.settings["resume_data_position"]:
-            for dl, pos in zip(self._dataloaders, positions):
+            for dl, pos in zip(self.prepared.dataloaders, positions):
                 dl.load_state_dict(pos)
         else:
             mid = [(i, p) for i, p in enumerate(positions) if p["batches"]]
@@ -377,10 +414,10 @@ class SavingMixin:
                     else "data loaders start afresh")
             warnings.warn(f"{directory} was saved by {saved_world} process(es); this run has {self.num_processes}: "
                           f"model and optimizer state are restored, {data}, RNG states are not restored (each "
-                          "process keeps its current seed)", stacklevel=3)
-        if saved_backend is not None and saved_backend != self.backend:
-            warnings.warn(f"{directory} was saved with backend '{saved_backend}'; this run uses '{self.backend}': "
-                          "the files are read as the current backend writes them", stacklevel=3)
+                          "process keeps its current seed)", stacklevel=4)
+        if saved_backend is not None and saved_backend != self.ctx.backend:
+            warnings.warn(f"{directory} was saved with backend '{saved_backend}'; this run uses '{self.ctx.backend}': "
+                          "the files are read as the current backend writes them", stacklevel=4)
 
     # ------------------------------------------------------------------ models and objects
     def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, torch.Tensor]:
@@ -396,7 +433,7 @@ class SavingMixin:
         state = self.get_state_dict(model)
         if self.is_main_process:
             write_sharded(state, Path(save_directory), parse_size(max_shard_size))
-        self.wait_for_everyone()
+        self.ctx.communicator.barrier()
 
     def save(self, obj: Any, path: str | os.PathLike) -> None:
         """torch.save on the main process only (other processes return at once)."""
