@@ -242,7 +242,7 @@ def acc_init_module(ctx: "RunContext", empty_init: bool | None) -> "ShardedBuild
 
 
 @hookspec(firstresult=True)
-def acc_wrap(ctx: "RunContext", models: list, optimizers: list) -> "tuple[list, list] | None":
+def acc_wrap(ctx: "RunContext", models: list[Any], optimizers: list[Any]) -> "tuple[list[Any], list[Any]] | None":
     """Wrap the models and optimizers of one ``prepare`` call for this backend.
 
     :param models: ``torch.nn.Module`` objects, already on ``ctx.device``.
@@ -281,7 +281,7 @@ def acc_unwrap_model(ctx: "RunContext", model: Any) -> Any:
 
 
 @hookspec(firstresult=True)
-def acc_no_sync(ctx: "RunContext", model: Any) -> "ContextManager | None":
+def acc_no_sync(ctx: "RunContext", model: Any) -> "ContextManager[Any] | None":
     """A context manager in which backward does not synchronise gradients across processes.
 
     **Kind**: selection.
@@ -294,7 +294,7 @@ def acc_no_sync(ctx: "RunContext", model: Any) -> "ContextManager | None":
 
 
 @hookspec(firstresult=True)
-def acc_backward(ctx: "RunContext", loss: Any, kwargs: dict) -> Any:
+def acc_backward(ctx: "RunContext", loss: Any, kwargs: dict[str, Any]) -> Any:
     """Compute gradients of ``loss``.
 
     :param loss: the (already accumulation-scaled) loss tensor.
@@ -321,7 +321,7 @@ def acc_optimizer_step(ctx: "RunContext", optimizer: Any) -> bool | None:
 
 
 @hookspec(firstresult=True)
-def acc_clip_grad_norm(ctx: "RunContext", parameters: list, max_norm: float, norm_type: float) -> Any:
+def acc_clip_grad_norm(ctx: "RunContext", parameters: list[Any], max_norm: float, norm_type: float) -> Any:
     """Clip gradients to a total norm across all processes and return that total norm (a tensor).
 
     **Kind**: selection; sharded backends answer because each rank holds part of the norm.
@@ -331,7 +331,7 @@ def acc_clip_grad_norm(ctx: "RunContext", parameters: list, max_norm: float, nor
 
 
 @hookspec(firstresult=True)
-def acc_grad_scaler(ctx: "RunContext", kwargs: dict) -> Any:
+def acc_grad_scaler(ctx: "RunContext", kwargs: dict[str, Any]) -> Any:
     """The gradient scaler for fp16 mixed precision.
 
     :param kwargs: the user's ``GradScalerKwargs`` as a dict (may be empty).
@@ -392,7 +392,7 @@ def acc_all_gather(ctx: "RunContext", tensor: Any) -> Any:
 
 
 @hookspec(firstresult=True)
-def acc_gather_object(ctx: "RunContext", obj: Any) -> list | None:
+def acc_gather_object(ctx: "RunContext", obj: Any) -> list[Any] | None:
     """Collect one picklable object from every process: a list indexed by process.
 
     **Kind**: selection.
@@ -436,7 +436,7 @@ def acc_barrier(ctx: "RunContext") -> bool | None:
 
 
 @hookspec(firstresult=True)
-def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list) -> list[str] | None:
+def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list[Any], optimizers: list[Any]) -> list[str] | None:
     """Write the models' and optimizers' state into ``directory`` (a ``pathlib.Path`` that exists).
 
     Sharded backends write their shards from every process; others write from the main process only.
@@ -455,8 +455,8 @@ def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
 
 
 @hookspec(firstresult=True)
-def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimizers: list,
-                        manifest: dict) -> bool | None:
+def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list[Any], optimizers: list[Any],
+                        manifest: dict[str, Any]) -> bool | None:
     """Restore the models' and optimizers' state from ``directory`` (return nothing; version 1 returned True).
 
     :param manifest: the checkpoint's manifest; check each file with ``acc.checkpoint.verify(directory,
@@ -469,7 +469,7 @@ def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list, optimiz
 
 
 @hookspec(firstresult=True)
-def acc_model_state_dict(ctx: "RunContext", model: Any) -> dict | None:
+def acc_model_state_dict(ctx: "RunContext", model: Any) -> dict[str, Any] | None:
     """The full (unsharded) state dict of the user's model, as CPU tensors, complete on the main process.
 
     **Kind**: selection. Non-main processes may return an empty dict.
@@ -482,7 +482,7 @@ def acc_model_state_dict(ctx: "RunContext", model: Any) -> dict | None:
 
 
 @hookspec(firstresult=True)
-def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> list[str] | None:
+def acc_merge_weights(directory: Any, manifest: dict[str, Any], index: int, out: Any) -> list[str] | None:
     """Write the full weights of prepared model ``index`` of a checkpoint this backend saved into one
     safetensors file ``out`` (loadable into the plain model); return the tensor names written.
 
