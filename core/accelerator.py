@@ -118,6 +118,8 @@ class Accelerator(CollectivesMixin):
         }
         handlers = list(kwargs_handlers or [])
         _check_handlers(handlers)
+        if dynamo_plugin is not None:  # torch.compile's options, for the kernel and backends (ctx.handler)
+            handlers.append(dynamo_plugin)
         backend_plugins = [p for p in (deepspeed_plugin or deepspeed_plugins, fsdp_plugin) if p is not None]
         self._runtime = Runtime(code, handlers, plugin_manager, backend_plugins=backend_plugins)
         self._runtime.accelerator = weakref.ref(self)
@@ -552,14 +554,11 @@ class Accelerator(CollectivesMixin):
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     def _compiled(self, model: Any) -> Any:
-        """`model` compiled with torch.compile when the run asks for it (dynamo_backend), after the backend
-        wrapped it (so DDP's hooks run outside the compiled graph, as torch recommends)."""
-        backend = self.settings.get("dynamo_backend", "no")
-        if backend in (None, "no") or hasattr(model, "_orig_mod"):
-            return model
-        options = dict(self.dynamo_plugin.to_kwargs()) if self.dynamo_plugin is not None else {}
-        options["backend"] = backend
-        return torch.compile(model, **options)
+        """`model` compiled when the run asks for it (dynamo_backend), after the backend wrapped it, in the way
+        the backend declares (acc.compiling: regional, per unit by the backend, or the wrapped model whole)."""
+        from .compiling import compile_prepared
+
+        return compile_prepared(self.ctx, model, self._runtime.capabilities)
 
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> Any:
         """The user's module without the backend's wrapper (and without the autocast forward, if asked).

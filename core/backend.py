@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .capabilities import STATE_MODELS, SYNC_MODELS, Capabilities
+from .capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
 from .communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
 from .context import LoopState, ProcessInfo, RunContext
 from .detection import Detection
@@ -64,10 +64,13 @@ _LAZY = {
     "MetaBuild": ("sharded_build", "MetaBuild"),
     "dim0_split": ("sharded_build", "dim0_split"),
     "flat_split": ("sharded_build", "flat_split"),
+    # torch.compile for a backend declaring Capabilities(compile="backend"): its units compiled in place
+    "compile_units": ("compiling", "compile_units"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
+    from .compiling import compile_units
     from .distributed import choose_device, destroy_process_group, init_process_group, launcher_facts
     from .ops import apply
     from .sharded import ShardedReader, model_prefix, save_pieces
@@ -108,14 +111,14 @@ def device_problems(settings: ResolvedSettings, backend: str) -> list[str]:
 
 
 __all__ = [
-    "COLLECTIVES", "HOOKSPEC_VERSION", "OVERRIDE_ENV", "PCI_DEVICES", "REDUCE_OPS", "STATE_MODELS", "SYNC_MODELS",
+    "COLLECTIVES", "COMPILE_MODELS", "HOOKSPEC_VERSION", "OVERRIDE_ENV", "PCI_DEVICES", "REDUCE_OPS", "STATE_MODELS", "SYNC_MODELS",
     "AutocastKwargs", "DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler",
     "DummyOptim", "DummyScheduler", "scheduler_for",
     "AccError", "Capabilities", "CheckpointError", "Communicator", "ConfigError", "Detection", "DistributedType",
     "LaunchPlan", "LocalCommunicator", "LoopState", "ProcessInfo", "Rendezvous", "ResolvedSettings", "RunContext",
     "MetaBuild", "Setting", "ShardedBuild", "ShardedReader", "TorchDistributed", "ValidationError",
     "dim0_split", "flat_split",
-    "apply", "choose_device", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
+    "apply", "choose_device", "compile_units", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
     "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "model_prefix",
     "module_available",
     "save_object", "save_pieces", "save_tensors", "saved_world_size", "tpu_devices", "verify",

@@ -13,6 +13,7 @@ from typing import Any
 
 SYNC_MODELS = ("every_step", "periodic", "none")
 STATE_MODELS = ("replicated", "sharded")
+COMPILE_MODELS = ("model", "backend")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class Capabilities:
     `distributed_type`: Accelerate's DistributedType value it runs as (e.g. "MULTI_CPU", "FSDP").
     `mixed_precision`: the modes it runs. `local_micro_steps`: accumulation micro-steps (no sync) run no gradient
     collective (False for backends whose gradients are partitioned, e.g. ZeRO-2/3, which reduce every micro-step).
+    `compile`: how prepared models are compiled when the run asks for torch.compile (dynamo_backend): "model"
+    (the kernel compiles the wrapped model whole) or "backend" (the backend compiles its own units in place inside
+    acc_wrap, through `acc.backend.compile_units`; the kernel leaves the model as acc_wrap returned it).
     `notes`: anything the dry run should show.
     """
 
@@ -36,6 +40,7 @@ class Capabilities:
     distributed_type: Any = "NO"
     mixed_precision: tuple[str, ...] = ("no", "fp16", "bf16")
     local_micro_steps: bool = True
+    compile: str = "model"
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -43,6 +48,8 @@ class Capabilities:
             raise ValueError(f"Capabilities(sync={self.sync!r}): one of {', '.join(SYNC_MODELS)}")
         if self.state not in STATE_MODELS:
             raise ValueError(f"Capabilities(state={self.state!r}): one of {', '.join(STATE_MODELS)}")
+        if self.compile not in COMPILE_MODELS:
+            raise ValueError(f"Capabilities(compile={self.compile!r}): one of {', '.join(COMPILE_MODELS)}")
         if self.sync == "periodic" and not (isinstance(self.sync_period, int) and self.sync_period >= 1):
             raise ValueError(f"Capabilities(sync='periodic') needs sync_period >= 1, got {self.sync_period!r}")
 
@@ -60,7 +67,8 @@ class Capabilities:
         return (f"sync {sync}; {self.state} state; checkpoints load on "
                 f"{'any' if self.reshard else 'the same'} process count; runs as {getattr(self.distributed_type, 'value', self.distributed_type)}; "
                 f"precision {'/'.join(self.mixed_precision)}"
-                + ("" if self.local_micro_steps else "; gradients reduced on every micro-step"))
+                + ("" if self.local_micro_steps else "; gradients reduced on every micro-step")
+                + ("" if self.compile == "model" else "; torch.compile per unit, by the backend"))
 
 
-__all__ = ["Capabilities", "STATE_MODELS", "SYNC_MODELS"]
+__all__ = ["COMPILE_MODELS", "Capabilities", "STATE_MODELS", "SYNC_MODELS"]

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from common import dump
-from acc import Accelerator, set_seed
+from acc import Accelerator, TorchDynamoPlugin, set_seed
 
 
 class Block(nn.Module):
@@ -46,9 +46,10 @@ def main() -> None:
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--save-model")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    p.add_argument("--regional", action="store_true", help="TorchDynamoPlugin(use_regional_compilation=True)")
     args = p.parse_args()
 
-    accelerator = Accelerator()
+    accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(use_regional_compilation=True) if args.regional else None)
     set_seed(0)
     g = torch.Generator().manual_seed(11)
     data = TensorDataset(torch.randn(96, 16, generator=g), torch.randn(96, 4, generator=g))
@@ -83,6 +84,10 @@ def main() -> None:
         "losses": losses, "eval_loss": eval_loss, "total_params": total,
         "local_params": sum(local_numel(p) for p in model.parameters()), "world": accelerator.num_processes,
         "distributed_type": accelerator.distributed_type,
+        # torch.compile: the modules compiled in place (nn.Module.compile), and whether the whole model was compiled
+        "compiled_modules": [type(m).__name__ for _, m in model.named_modules()
+                             if getattr(m, "_compiled_call_impl", None) is not None],
+        "compiled_whole": hasattr(model, "_orig_mod"),
     })
     accelerator.end_training()
 

@@ -93,7 +93,7 @@ def acc_capabilities(settings: Any) -> sdk.Capabilities:
     # no fp16: it would need a sharded gradient scaler; bf16 needs no scaling
     return sdk.Capabilities(sync="every_step", state="sharded", reshard=True,
                             distributed_type=sdk.DistributedType.FSDP, mixed_precision=("no", "bf16"),
-                            notes=("fp16 would need a sharded gradient scaler: use bf16",))
+                            compile="backend", notes=("fp16 would need a sharded gradient scaler: use bf16",))
 
 
 @sdk.hookimpl
@@ -139,8 +139,9 @@ def _mesh(ctx: sdk.RunContext) -> Any:
     return mesh
 
 
-def _shard(ctx: sdk.RunContext, model: Any) -> None:
-    """Apply fully_shard to the submodules the wrap policy names (bottom-up), then to the root."""
+def _shard(ctx: sdk.RunContext, model: Any) -> list[Any]:
+    """Apply fully_shard to the submodules the wrap policy names (bottom-up), then to the root; return the
+    sharded submodules (the units besides the root) in forward order."""
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -179,6 +180,7 @@ def _shard(ctx: sdk.RunContext, model: Any) -> None:
             ctx, ordered.index(module), len(ordered))))
     fully_shard(model, **dict(kwargs, **({"mp_policy": root_mp} if root_mp is not None else {})))
     tuning.apply(ctx, model, ordered)
+    return ordered
 
 
 @sdk.hookimpl
@@ -206,9 +208,12 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
                 )
         if parts is not None:
             build.to_meta(model)
-        _shard(ctx, model)
+        units = _shard(ctx, model)
         if parts is not None:
             build.fill_shards(ctx, model, parts)
+        # torch.compile per unit (Capabilities(compile="backend")): each sharded unit compiled in place, so its
+        # all-gather/reduce-scatter hooks run around the compiled graph; with no unit besides the root, the root
+        sdk.compile_units(ctx, units or [model])
         after = dict(model.named_parameters())
         for opt in known:
             for group in opt.param_groups:

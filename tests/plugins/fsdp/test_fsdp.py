@@ -131,3 +131,17 @@ def test_an_optimizer_that_already_stepped_is_refused(tmp_path):
     proc = run([ACC, "launch", "--backend", "fsdp", "--nproc", "2", str(script)], tmp_path)
     assert proc.returncode == 1
     assert "already has state for this model's parameters" in proc.stderr
+
+
+def test_dynamo_backend_compiles_each_sharded_unit_and_trains_like_eager(tmp_path):
+    """--dynamo-backend under fsdp: each unit fully_shard was applied to (here the two Blocks, not the root) is
+    compiled in place (nn.Module.compile, inductor); the losses equal eager fsdp's to 1e-5."""
+    acc_launch(tmp_path, FSDP2, "layers.py", ["--out", str(tmp_path / "eager")])
+    acc_launch(tmp_path, [*FSDP2, "--dynamo-backend", "inductor"], "layers.py", ["--out", str(tmp_path / "compiled")])
+    eager, compiled = read_rank_results(tmp_path / "eager"), read_rank_results(tmp_path / "compiled")
+    assert eager[0]["compiled_modules"] == []
+    for rank in (0, 1):
+        assert compiled[rank]["compiled_modules"] == ["FSDPBlock", "FSDPBlock"]
+        assert not compiled[rank]["compiled_whole"]
+    for a, b in zip(compiled[0]["losses"], eager[0]["losses"], strict=True):
+        assert abs(a - b) <= 1e-5 * abs(b)

@@ -1,0 +1,80 @@
+"""torch.compile of prepared models (acc.compiling): which blocks regional compilation picks, in-place compiling,
+the refusal of a model without repeated blocks, and the capability a backend declares."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from acc import AccError, Accelerator, TorchDynamoPlugin
+from acc.capabilities import Capabilities
+from acc.compiling import compile_units, repeated_blocks
+
+
+class Block(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))  # two of one class, but the layers are more
+        self.layers = nn.ModuleList([Block(), Block(), Block()])
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_repeated_blocks_are_the_largest_run_of_one_class():
+    net = Net()
+    assert repeated_blocks(net) == list(net.layers)
+    # a tie in count goes to the run with more parameters: Block x2 (2 x 1056) over Linear x2 (16x32, 32x4)
+    seq = nn.Sequential(nn.Linear(16, 32), Block(32), Block(32), nn.Linear(32, 4))
+    assert repeated_blocks(seq) == [seq[1], seq[2]]
+    assert repeated_blocks(nn.Sequential(nn.Linear(4, 4), nn.Tanh())) == []
+
+
+def test_regional_compilation_compiles_each_block_in_place_and_computes_the_same(fresh_pm):
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(4, 8)
+    expected = net(x)
+    accelerator = Accelerator(plugin_manager=fresh_pm, cpu=True,
+                              dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
+    prepared = accelerator.prepare(net)
+    assert prepared is net and not hasattr(prepared, "_orig_mod")  # the model itself, not a compiled wrapper
+    compiled = [m for m in net.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    assert compiled == list(net.layers)
+    assert torch.allclose(prepared(x), expected)
+    assert list(accelerator.unwrap_model(prepared).state_dict()) == list(Net().state_dict())
+
+
+def test_regional_compilation_of_a_model_without_repeated_blocks_is_refused(fresh_pm):
+    accelerator = Accelerator(plugin_manager=fresh_pm, cpu=True,
+                              dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
+    with pytest.raises(AccError, match="no repeated blocks.*use_regional_compilation=False"):
+        accelerator.prepare(nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+
+
+def test_without_regional_compilation_the_cpu_backend_compiles_the_whole_model(fresh_pm):
+    accelerator = Accelerator(plugin_manager=fresh_pm, cpu=True, dynamo_backend="eager")
+    prepared = accelerator.prepare(Net())
+    assert hasattr(prepared, "_orig_mod")
+    # a backend's own unit compiling stands aside when the run does not compile, or compiles by region
+    assert compile_units(Accelerator(plugin_manager=fresh_pm, cpu=True).ctx, [Block()]) == []
+
+
+def test_the_compile_capability_is_checked():
+    assert Capabilities().compile == "model"
+    assert "torch.compile per unit" in Capabilities(compile="backend").describe()
+    with pytest.raises(ValueError, match="compile='whole'"):
+        Capabilities(compile="whole")
