@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+# the fixture backends' own tests run from their own project roots, with `-p acc.testing` (see their pyproject.toml),
+# where the integration tests install and run them; the main collection leaves them alone
+collect_ignore_glob = ["fixtures/*"]
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
 ACC = str(Path(sys.executable).parent / "acc")
