@@ -33,7 +33,7 @@ def main() -> None:
     data = torch.utils.data.TensorDataset(torch.randn(8 * (WARMUP + STEPS) * accelerator.num_processes, WIDTH))
     loader = torch.utils.data.DataLoader(data, batch_size=8)  # prepared with the model: deepspeed takes its batch size
     model, opt, loader = accelerator.prepare(model, opt, loader)
-    built = accelerator.gather_object(rss_mb("VmHWM"))  # the peak of building and preparing the model
+    built = accelerator.gather_object([rss_mb("VmHWM")])  # the peak of building and preparing the model
     for i, (x,) in enumerate(loader):
         if i == WARMUP:
             accelerator.wait_for_everyone()
@@ -45,9 +45,9 @@ def main() -> None:
     accelerator.wait_for_everyone()
     per_step = (time.perf_counter() - start) / STEPS
     cuda = accelerator.device.type == "cuda"
-    peak_cuda = accelerator.gather_object(torch.cuda.max_memory_allocated(accelerator.device) / 1e6 if cuda else 0.0)
-    peaks = accelerator.gather_object(rss_mb("VmHWM"))
-    ends = accelerator.gather_object(rss_mb("VmRSS"))
+    peak_cuda = accelerator.gather_object([torch.cuda.max_memory_allocated(accelerator.device) / 1e6 if cuda else 0.0])
+    peaks = accelerator.gather_object([rss_mb("VmHWM")])
+    ends = accelerator.gather_object([rss_mb("VmRSS")])
     if accelerator.is_main_process:
         print("BENCH " + json.dumps({"per_step_s": per_step, "peak_rss_mb": max(peaks), "end_rss_mb": max(ends),
                                      "built_rss_mb": max(built),
