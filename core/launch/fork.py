@@ -14,7 +14,7 @@ import runpy
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ..tracebacks import print_exception
 
@@ -106,60 +106,48 @@ def _become_worker() -> None:
 
 def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:
     """The function each forked worker runs (the elastic agent's entrypoint)."""
-    from .. import lifecycle
-
     _become_worker()
     sys.argv = [program, *args]
-    code = 0
-    try:
+
+    def script() -> None:
         if is_module:
             sys.path[0] = os.getcwd()
             runpy.run_module(program, run_name="__main__", alter_sys=True)
         else:
             sys.path[0] = os.path.dirname(os.path.abspath(program))
             runpy.run_path(program, run_name="__main__")
-        lifecycle.finish()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if code == 0:
-            lifecycle.finish()
-        elif exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported as a plain worker would
-        print_exception(exc)  # from the user's line on: runpy's, acc's and pluggy's frames left out
-        lifecycle.record_error(type(exc), exc, exc.__traceback__)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if code:
-        os._exit(code)  # the agent sees the exit code; nothing of the launcher's teardown runs in this child
+
+    _run_as_worker(script)
 
 
 def run_function(fn: Any, args: tuple) -> Any:
     """The entrypoint of a worker that runs a function (`acc.launch`, `notebook_launcher`): `fn(*args)` in a child
     forked from the calling process (so a function defined in a notebook cell, in `__main__` or as a closure runs
-    without being pickled), ended as `run_target` ends a script. Its return value goes back to the caller through
+    without being pickled), ended as a script's worker ends. Its return value goes back to the caller through
     the agent; tensors in it come back on the CPU (a CUDA tensor would initialise CUDA in the caller)."""
-    from .. import lifecycle
-
     _become_worker()
     _streams_follow_redirects()
     _forget_the_callers_run()
+    return _run_as_worker(lambda: _returnable(fn(*args)))
+
+
+def _run_as_worker(body: Callable[[], Any]) -> Any:
+    """Run a worker's body and end as a plain Python process would: `sys.exit(code)` is the exit code (a message
+    given to it printed), Ctrl-C ends the process by SIGINT, any other exception is printed from the user's line on
+    (runpy's, acc's and pluggy's frames left out) and recorded for the failure report. Returns the body's value
+    (None after `sys.exit(0)`); on a failure the process exits here with its code, and nothing of the launcher's
+    teardown runs in this child."""
+    from .. import lifecycle
+
+    code, value = 0, None
     try:
-        value = fn(*args)
+        value = body()
         lifecycle.finish()
-        return _returnable(value)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code == 0:
             lifecycle.finish()
-            return None
-        if not isinstance(exc.code, int):
+        elif not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except KeyboardInterrupt:
         sys.stdout.flush()
@@ -167,13 +155,15 @@ def run_function(fn: Any, args: tuple) -> Any:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         code = 1
-    except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported with its traceback
+    except BaseException as exc:  # noqa: BLE001 - the worker's own failure, reported as a plain worker would
         print_exception(exc)
         lifecycle.record_error(type(exc), exc, exc.__traceback__)
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    if code:
+        os._exit(code)  # the agent sees the exit code
+    return value
 
 
 def _streams_follow_redirects() -> None:
