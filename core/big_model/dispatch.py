@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -133,12 +133,7 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
                              "disk: pass offload_folder=... (a directory for offloaded weights)")
     folder = None
     offloaded: dict[str, Source] = model.__dict__.setdefault(_OFFLOADED, {})
-    for names in tensors.groups:
-        record = next((records[n] for n in names if n in records), None)
-        if record is None:
-            continue
-        current = _get(model, names[0])
-        target = dtype if dtype is not None and current.is_floating_point() else current.dtype
+    for names, record, current, target in _held(model, tensors, records, dtype):
         place = lookup(device_map, names[0])
         if place == "disk" and (tensors.is_param[names[0]] or offload_buffers):
             if record.dtype != target:
@@ -171,6 +166,18 @@ def _builds_of(model: nn.Module) -> dict[int, Any]:
     return found
 
 
+def _held(model: nn.Module, tensors: ModelTensors, records: dict[str, TensorRecord],
+          dtype: torch.dtype | None) -> Iterator[tuple[list[str], TensorRecord, torch.Tensor, torch.dtype]]:
+    """Each group of tied tensors the checkpoint holds: its names, its record, the model's tensor now, and the
+    dtype to load it as (`dtype` for floating-point tensors, else the tensor's own)."""
+    for names in tensors.groups:
+        record = next((records[n] for n in names if n in records), None)
+        if record is None:
+            continue
+        current = _get(model, names[0])
+        yield names, record, current, dtype if dtype is not None and current.is_floating_point() else current.dtype
+
+
 def _load_parts(model: nn.Module, tensors: ModelTensors, builds: dict[int, Any], checkpoint: str | Path,
                 device_map: Any, dtype: torch.dtype | None, strict: bool) -> None:
     """Load a checkpoint into a model built sharded: each parameter's part that this process keeps is read alone
@@ -186,15 +193,14 @@ def _load_parts(model: nn.Module, tensors: ModelTensors, builds: dict[int, Any],
         build = builds.get(id(tensor))
         return build.full_shape(tensor) if build is not None else tuple(tensor.shape)
 
-    valued = {names[0] for names in tensors.groups
-              if id(_get(model, names[0])) in builds and builds[id(_get(model, names[0]))].has_value(_get(model, names[0]))}
-    _check_keys(model, tensors, records, strict, f"checkpoint {checkpoint}", has_values=valued, shape_of=shape_of)
+    valued = set()  # parameters whose part already holds a value (a stored part, or a real tensor)
     for names in tensors.groups:
-        record = next((records[n] for n in names if n in records), None)
-        if record is None:
-            continue
-        current = _get(model, names[0])
-        target = dtype if dtype is not None and current.is_floating_point() else current.dtype
+        tensor = _get(model, names[0])
+        build = builds.get(id(tensor))
+        if build is not None and build.has_value(tensor):
+            valued.add(names[0])
+    _check_keys(model, tensors, records, strict, f"checkpoint {checkpoint}", has_values=valued, shape_of=shape_of)
+    for names, record, current, target in _held(model, tensors, records, dtype):
         build = builds.get(id(current))
         if build is None:
             _set(model, names, record.read().to(target))
