@@ -131,3 +131,31 @@ def namespace_with_a_public_host_name() -> Iterator[tuple[list[str], str]]:
             etc.rmdir()
         if made_parent and etc.parent.exists() and not any(etc.parent.iterdir()):
             etc.parent.rmdir()
+
+
+@contextmanager
+def two_hosts_joined(subnet: str) -> Iterator[list[tuple[list[str], str, str]]]:
+    """Two network namespaces joined by a veth pair (`subnet`.n.1 and .2, n random), as two machines on one network.
+    Yields, for each, (the command prefix that runs a program in it, its address, its interface); raises OSError
+    when namespaces are not available."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"acc{tag}h0", f"acc{tag}h1"]
+    net = 10 + int(tag, 16) % 200
+    addrs = [f"{subnet}.{net}.1", f"{subnet}.{net}.2"]
+    links = [f"vh{tag}0", f"vh{tag}1"]
+    steps = [("ip", "netns", "add", names[0]), ("ip", "netns", "add", names[1]),
+             ("ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1])]
+    for i in (0, 1):
+        steps += [("ip", "link", "set", links[i], "netns", names[i]),
+                  ("ip", "-n", names[i], "addr", "add", f"{addrs[i]}/24", "dev", links[i]),
+                  ("ip", "-n", names[i], "link", "set", links[i], "up"),
+                  ("ip", "-n", names[i], "link", "set", "lo", "up")]
+    try:
+        for step in steps:
+            proc = _run(*step)
+            if proc.returncode != 0:
+                raise OSError(f"`{' '.join(step)}` failed: {proc.stderr.strip()}")
+        yield [(["ip", "netns", "exec", names[i]], addrs[i], links[i]) for i in (0, 1)]
+    finally:
+        for name in names:
+            _run("ip", "netns", "del", name)

@@ -8,13 +8,13 @@ import os
 import socket
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
+from tests.integration.sockets import two_hosts_joined
 
 pytestmark = pytest.mark.slow
 
@@ -167,28 +167,15 @@ def test_a_failing_worker_on_one_machine_is_not_taken_for_a_lost_machine(tmp_pat
 @pytest.fixture
 def two_hosts():
     """Two network namespaces joined by a veth pair (10.77.<n>.1 and .2), or a skip saying what failed."""
-    tag = uuid.uuid4().hex[:6]
-    names = [f"acc{tag}a", f"acc{tag}b"]
-    net = 10 + int(tag, 16) % 200
-    addrs = [f"10.77.{net}.1", f"10.77.{net}.2"]
-    links = [f"va{tag}", f"vb{tag}"]
-    steps = [["ip", "netns", "add", names[0]], ["ip", "netns", "add", names[1]],
-             ["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]]]
-    for i in (0, 1):
-        steps += [["ip", "link", "set", links[i], "netns", names[i]],
-                  ["ip", "-n", names[i], "addr", "add", f"{addrs[i]}/24", "dev", links[i]],
-                  ["ip", "-n", names[i], "link", "set", links[i], "up"],
-                  ["ip", "-n", names[i], "link", "set", "lo", "up"]]
     try:
-        for step in steps:
-            proc = subprocess.run(step, capture_output=True, text=True)
-            if proc.returncode != 0:
-                pytest.skip(f"network namespaces are not available here: `{' '.join(step)}` failed: "
-                            f"{proc.stderr.strip()}")
-        yield [(["ip", "netns", "exec", names[i]], addrs[i], links[i]) for i in (0, 1)]
+        context = two_hosts_joined("10.77")
+        hosts = context.__enter__()
+    except OSError as exc:
+        pytest.skip(f"network namespaces are not available here: {exc}")
+    try:
+        yield hosts
     finally:
-        for name in names:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        context.__exit__(None, None, None)
 
 
 def test_two_hosts_in_network_namespaces_keep_the_main_process_on_machine_0(tmp_path, two_hosts):
