@@ -312,14 +312,20 @@ def test_from_a_plain_script_a_failure_is_raised_and_the_next_launch_works(tmp_p
     assert result["after"]["tag"] == "after a failure" and result["after"]["world"] == 2
 
 
-def test_from_a_plain_script_sigint_stops_every_worker_and_the_next_launch_works(tmp_path):
+def _interruptible_launch(tmp_path):
+    """The 'interrupt' script started in a session of its own, once both its workers are running: (the launching
+    process, the workers' pids)."""
     proc = _script("interrupt", tmp_path, start_new_session=True)
     out = tmp_path / "out-interrupt"
     deadline = time.monotonic() + 90
     while not ((out / "pid0").exists() and (out / "pid1").exists()):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    workers = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
+    return proc, [int((out / f"pid{r}").read_text()) for r in (0, 1)]
+
+
+def test_from_a_plain_script_sigint_stops_every_worker_and_the_next_launch_works(tmp_path):
+    proc, workers = _interruptible_launch(tmp_path)
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
     deadline = time.monotonic() + 20
@@ -333,13 +339,7 @@ def test_from_a_plain_script_sigint_stops_every_worker_and_the_next_launch_works
 
 
 def test_from_a_plain_script_sigint_to_the_launcher_alone_stops_the_workers(tmp_path):
-    proc = _script("interrupt", tmp_path, start_new_session=True)
-    out = tmp_path / "out-interrupt"
-    deadline = time.monotonic() + 90
-    while not ((out / "pid0").exists() and (out / "pid1").exists()):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    workers = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
+    proc, workers = _interruptible_launch(tmp_path)
     proc.send_signal(signal.SIGINT)  # only the launching process: the agent stops its workers
     result = _result(proc, tmp_path, "interrupt")
     assert result["interrupted"] is True and result["after"]["world"] == 2
@@ -347,18 +347,12 @@ def test_from_a_plain_script_sigint_to_the_launcher_alone_stops_the_workers(tmp_
 
 
 def test_from_a_plain_script_sigterm_stops_the_workers_then_ends_the_program_as_it_would_have(tmp_path):
-    proc = _script("interrupt", tmp_path, start_new_session=True)
-    out = tmp_path / "out-interrupt"
-    deadline = time.monotonic() + 90
-    while not ((out / "pid0").exists() and (out / "pid1").exists()):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    workers = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
+    proc, workers = _interruptible_launch(tmp_path)
     proc.send_signal(signal.SIGTERM)
     out_text, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM, out_text + err  # the program's own disposition: terminated
     assert not any(alive(pid) for pid in workers)
-    assert not (out / "result.json").exists()
+    assert not (tmp_path / "out-interrupt" / "result.json").exists()
 
 
 def test_from_a_plain_script_sources_and_dry_run(tmp_path):
