@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from common import dump
+from layers import local_numel
 import acc
 from acc import Accelerator, set_seed
 from acc.big_model import files
@@ -36,14 +37,6 @@ class Block(nn.Module):
 
 def build() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), Block(32), Block(32), nn.Linear(32, 4))
-
-
-def local_numel(p: torch.Tensor) -> int:
-    if hasattr(p, "to_local"):
-        return p.to_local().numel()
-    if hasattr(p, "ds_tensor"):
-        return p.ds_tensor.numel()
-    return p.numel()
 
 
 def main() -> None:
