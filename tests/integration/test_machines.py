@@ -14,7 +14,6 @@ import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
-from tests.integration.sockets import two_hosts_joined
 
 pytestmark = pytest.mark.slow
 
@@ -161,21 +160,7 @@ def test_a_failing_worker_on_one_machine_is_not_taken_for_a_lost_machine(tmp_pat
     assert leftover_processes(str(out)) == []
 
 
-# ------------------------------------------------------------------ two hosts: network namespaces and a veth pair
-
-
-@pytest.fixture
-def two_hosts():
-    """Two network namespaces joined by a veth pair (10.77.<n>.1 and .2), or a skip saying what failed."""
-    try:
-        context = two_hosts_joined("10.77")
-        hosts = context.__enter__()
-    except OSError as exc:
-        pytest.skip(f"network namespaces are not available here: {exc}")
-    try:
-        yield hosts
-    finally:
-        context.__exit__(None, None, None)
+# ------------------------------------------------------------------ two hosts: network namespaces and a veth pair (the two_hosts fixture: conftest.py)
 
 
 def test_two_hosts_in_network_namespaces_keep_the_main_process_on_machine_0(tmp_path, two_hosts):

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
-from tests.integration.sockets import listening_sockets, namespace_with_a_public_host_name, two_hosts_joined
+from tests.integration.sockets import listening_sockets, namespace_with_a_public_host_name
 
 pytestmark = pytest.mark.slow
 
@@ -157,21 +157,7 @@ def test_a_listen_address_that_is_not_this_machines_is_a_clear_error(tmp_path):
     assert "never runs" not in proc.stdout and leftover_processes(token) == []
 
 
-# ------------------------------------------------------------------ two machines in two namespaces
-
-
-@pytest.fixture
-def two_hosts():
-    """Two network namespaces joined by a veth pair (10.79.<n>.1 and .2), or a skip saying what failed."""
-    try:
-        context = two_hosts_joined("10.79")
-        hosts = context.__enter__()
-    except OSError as exc:
-        pytest.skip(f"network namespaces are not available here: {exc}")
-    try:
-        yield hosts
-    finally:
-        context.__exit__(None, None, None)
+# ------------------------------------------------------------------ two machines in two namespaces (the two_hosts fixture: conftest.py)
 
 
 def test_two_machines_listen_only_on_the_interface_that_reaches_the_main_machine(tmp_path, two_hosts):
