@@ -216,3 +216,27 @@ def test_split_keeps_a_dataset_a_dataset_and_pads_as_accelerate_does():
     assert split((1, 2, 3), 2, 1, apply_padding=True) == (3, 3)
     with pytest.raises(ValueError, match="same length"):
         split({"a": [1, 2], "b": [1]}, 2, 0, False)
+
+
+def test_zero_grad_passes_set_to_none_only_to_optimizers_that_take_it(accelerator):
+    class NoSetToNone(torch.optim.SGD):
+        def zero_grad(self) -> None:  # an older optimizer's signature
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+
+    for cls, calls in ((torch.optim.SGD, 3), (NoSetToNone, 3)):
+        model = nn.Linear(2, 1)
+        opt = accelerator.prepare(cls(model.parameters(), lr=0.1))
+        for _ in range(calls):  # repeated: the signature check is cached per function and must stay right
+            model(torch.ones(1, 2)).sum().backward()
+            opt.zero_grad()
+            assert model.weight.grad is None
+    model = nn.Linear(2, 1)
+    opt = accelerator.prepare(NoSetToNone(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="NoSetToNone.zero_grad takes no set_to_none"):
+        opt.zero_grad(set_to_none=False)
+    sgd = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+    model(torch.ones(1, 2)).sum().backward()
+    sgd.zero_grad(set_to_none=False)
+    assert model.weight.grad is not None and not model.weight.grad.any()
