@@ -1,12 +1,14 @@
 """Faster sharded steps: what FSDP2 offers beyond its defaults, applied to the units `_shard` made.
 
-Measured on gloo (CPU, 2 processes; bench/sharded.py): FSDP2's default reduce-scatter on gloo is gloo's own, which
-reduces the whole gradient and keeps a slice (an all-reduce's volume, twice a reduce-scatter's); an all-to-all of
-the gradient chunks followed by a local sum moves each chunk once. FSDP2's all-gathers are
-synchronous on the CPU (no streams to overlap on) unless unshards are asynchronous with explicit prefetching, which
-lets the next unit's all-gather run in gloo's thread while this one computes. Keeping the last unit unsharded after
-forward saves its all-gather at the start of backward, at no cost in peak memory (backward needs it at once); a
-forward without backward (evaluation) reshards it at once.
+Measured on gloo (CPU, 2 processes, one 12.5 MB shard per process; bench/sharded_floor.py has the per-step
+figures): gloo's all-gather took 40 ms, and its reduce-scatter is an all-reduce's volume (41 ms for 25 MB of
+gradients); the same bytes sent as point-to-point isend/irecv to each peer took 10 ms (all-gather) and 13-15 ms
+(reduce-scatter, then a local sum in rank order), against 32 and 38 ms for all_to_all_single. So on gloo both
+collectives default to `p2p`. FSDP2's all-gathers are synchronous on the CPU (no streams to overlap on) unless
+unshards are asynchronous with explicit prefetching, which lets the next unit's all-gather run in gloo's thread
+while this one computes. Keeping the last unit unsharded after forward saves its all-gather at the start of
+backward, at no cost in peak memory (backward needs it at once); a forward without backward (evaluation) reshards
+it at once.
 """
 
 from __future__ import annotations
@@ -15,16 +17,22 @@ from typing import Any
 
 from acc import backend as sdk
 
-REDUCE_SCATTER = ("auto", "native", "all_to_all")
+REDUCE_SCATTER = ("auto", "native", "all_to_all", "p2p")
+ALL_GATHER = ("auto", "native", "p2p")
+_ALL_GATHER_TAG, _REDUCE_SCATTER_TAG = 0x0AC1, 0x0AC2  # p2p messages of the two collectives never match each other
 
 
 def apply(ctx: sdk.RunContext, model: Any, units: list[Any]) -> None:
     """Set the custom reduce-scatter and the prefetching on the sharded `units` (in forward order, root last)."""
-    if _all_to_all_wanted(ctx):
-        comm = all_to_all_reduce_scatter()
-        if comm is not None and hasattr(model, "set_custom_reduce_scatter"):
-            for unit in [*units, model]:
-                unit.set_custom_reduce_scatter(comm)
+    reduce_scatter = _choice(ctx, "fsdp_reduce_scatter")
+    comm = {"all_to_all": all_to_all_reduce_scatter, "p2p": p2p_reduce_scatter}.get(reduce_scatter, lambda: None)()
+    if comm is not None and hasattr(model, "set_custom_reduce_scatter"):
+        for unit in [*units, model]:
+            unit.set_custom_reduce_scatter(comm)
+    gather = p2p_all_gather() if _choice(ctx, "fsdp_all_gather") == "p2p" else None
+    if gather is not None and hasattr(model, "set_custom_all_gather"):
+        for unit in [*units, model]:
+            unit.set_custom_all_gather(gather)
     if units and not reshard_after_forward(ctx, len(units) - 1, len(units)) and \
             ctx.settings["fsdp_strategy"] != "shard_grad_op":
         units[-1].register_forward_hook(_reshard_without_backward)
@@ -53,11 +61,13 @@ def _reshard_without_backward(module: Any, args: Any, output: Any) -> None:
         module.reshard()
 
 
-def _all_to_all_wanted(ctx: sdk.RunContext) -> bool:
-    choice = ctx.settings["fsdp_reduce_scatter"]
+def _choice(ctx: sdk.RunContext, setting: str) -> str:
+    """The collective `setting` names; auto: p2p on gloo (see the module's figures), native otherwise."""
+    choice = ctx.settings[setting]
     if choice == "auto":
-        return ctx.process.process_group_backend == "gloo" and ctx.settings["fsdp_strategy"] != "hybrid_shard"
-    return choice == "all_to_all"
+        gloo = ctx.process.process_group_backend == "gloo" and ctx.settings["fsdp_strategy"] != "hybrid_shard"
+        return "p2p" if gloo else "native"
+    return choice
 
 
 def all_to_all_reduce_scatter() -> Any:
@@ -89,3 +99,110 @@ def all_to_all_reduce_scatter() -> Any:
             return None
 
     return AllToAllReduceScatter()
+
+
+def _exchange(group: Any, tag: int, sends: dict[int, Any], receives: dict[int, Any]) -> list[Any]:
+    """Post an isend of sends[p] and an irecv into receives[p] for every peer p (group ranks); the works."""
+    import torch.distributed as dist
+
+    works = []
+    for peer in sends:
+        works.append(dist.isend(sends[peer], group=group, group_dst=peer, tag=tag))
+        works.append(dist.irecv(receives[peer], group=group, group_src=peer, tag=tag))
+    return works
+
+
+def _works_class() -> Any:
+    import torch.distributed as dist
+
+    class Works(dist.Work):
+        """Several point-to-point works waited as one (what FSDP2 waits on for an asynchronous all-gather)."""
+
+        def __init__(self, works: list[Any]):
+            super().__init__()
+            self._works = works
+
+        def wait(self, timeout: Any = None) -> bool:
+            for work in self._works:
+                work.wait()
+            self._works = []
+            return True
+
+        def is_completed(self) -> bool:
+            return all(work.is_completed() for work in self._works)
+
+    return Works
+
+
+def p2p_all_gather() -> Any:
+    """An AllGather (FSDP2's custom-comm interface) that sends this process's shard to each peer with isend and
+    receives theirs with irecv, or None when FSDP2 lacks custom all-gathers."""
+    import torch
+
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
+    except ImportError:  # pragma: no cover - an FSDP2 without custom collectives keeps its own
+        return None
+    works_class = _works_class()
+
+    class P2PAllGather(AllGather):
+        def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+            return torch.empty(*size, dtype=dtype, device=device)
+
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
+                     async_op: bool = False) -> Any:
+            world, rank, n = group.size(), group.rank(), input_tensor.numel()
+            chunks = output_tensor.view(world, n)
+            if chunks[rank].data_ptr() != input_tensor.data_ptr():  # FSDP2 copies its input in place already
+                chunks[rank].copy_(input_tensor.view(-1))
+            peers = [p for p in range(world) if p != rank]
+            works = works_class(_exchange(group, _ALL_GATHER_TAG, {p: input_tensor.view(-1) for p in peers},
+                                          {p: chunks[p] for p in peers}))
+            if async_op:
+                return works
+            works.wait()
+            return None
+
+    return P2PAllGather()
+
+
+def p2p_reduce_scatter() -> Any:
+    """A ReduceScatter that sends chunk p of the gradients to each peer p with isend, receives the peers' chunks
+    of its own part with irecv and sums the W chunks in rank order (the sum all_to_all_reduce_scatter computes)."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+    except ImportError:  # pragma: no cover
+        return None
+
+    class P2PReduceScatter(ReduceScatter):
+        def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+            return torch.empty(*size, dtype=dtype, device=device)
+
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, op: Any,
+                     async_op: bool = False) -> Any:
+            world, rank = group.size(), group.rank()
+            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):  # e.g. PREMUL_SUM: gloo's own
+                return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+            chunks = input_tensor.view(world, -1)
+            peers = [p for p in range(world) if p != rank]
+            if world == 2:  # one addition, in rank order: no copy of this process's own chunk
+                received = {peers[0]: torch.empty_like(chunks[0])}
+            else:
+                stacked = torch.empty_like(chunks)
+                stacked[rank].copy_(chunks[rank])
+                received = {p: stacked[p] for p in peers}
+            for work in _exchange(group, _REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, received):
+                work.wait()  # synchronous, as FSDP2 expects of a custom reduce-scatter on the CPU
+            if world == 2:
+                first, second = (chunks[0], received[1]) if rank == 0 else (received[0], chunks[1])
+                torch.add(first, second, out=output_tensor.view(-1))
+            else:
+                torch.sum(stacked, dim=0, out=output_tensor.view(-1))
+            if op == dist.ReduceOp.AVG:
+                output_tensor.div_(world)
+            return None
+
+    return P2PReduceScatter()

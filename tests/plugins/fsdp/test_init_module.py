@@ -1,8 +1,8 @@
 """Models built sharded (`accelerator.init_module()`) and the fsdp speed settings, with real processes on gloo.
 
 One small model (tests/workers/built_sharded.py), built normally or under init_module, trained on ddp and fsdp;
-pretrained safetensors loaded into the sharded model; fsdp_from_rank0; all_to_all reduce-scatter with prefetching
-against FSDP2's own collectives. Each launch runs once per module and is shared by the tests that read it.
+pretrained safetensors loaded into the sharded model; fsdp_from_rank0; p2p and all_to_all collectives with
+prefetching against FSDP2's own. Each launch runs once per module and is shared by the tests that read it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from tests.plugins.ddp.test_ddp import acc_launch
 pytestmark = pytest.mark.slow
 DDP = ["--backend", "ddp", "--nproc", "2"]
 FSDP = ["--backend", "fsdp", "--nproc", "2", "--fsdp-wrap", "transformer_layer=Block"]
-NATIVE = ["--fsdp-reduce-scatter", "native", "--fsdp-prefetch", "0", "--no-fsdp-keep-last-unsharded"]
+NATIVE = ["--fsdp-reduce-scatter", "native", "--fsdp-all-gather", "native", "--fsdp-prefetch", "0",
+          "--no-fsdp-keep-last-unsharded"]
+ALL_TO_ALL = ["--fsdp-reduce-scatter", "all_to_all", "--fsdp-all-gather", "native"]
 TOL = 1e-5
 
 
@@ -47,8 +49,10 @@ def runs(tmp_path_factory, pretrained):
         "ddp": (DDP, []),
         "ddp_init": (DDP, ["--build", "init_module"]),
         "ddp_load": (DDP, ["--build", "empty_init", "--load", str(pretrained)]),
-        "fsdp": (FSDP, ["--grads"]),  # the defaults: all_to_all on gloo, prefetch 1, last unit kept
+        "fsdp": (FSDP, ["--grads"]),  # the defaults: p2p collectives on gloo, prefetch 1, last unit kept
         "fsdp_native": ([*FSDP, *NATIVE], ["--grads"]),
+        "fsdp3": ([*FSDP, "--nproc", "3"], ["--grads"]),
+        "fsdp3_all_to_all": ([*FSDP, "--nproc", "3", *ALL_TO_ALL], ["--grads"]),
         "fsdp_init": (FSDP, ["--build", "init_module"]),
         "fsdp_load": (FSDP, ["--build", "empty_init", "--load", str(pretrained), "--weights", str(tmp / "w.safetensors")]),
         "fsdp_rank0": ([*FSDP, "--fsdp-from-rank0"], ["--build", "rank0"]),
@@ -98,15 +102,25 @@ def test_fsdp_from_rank0_takes_rank0s_weights(runs):
     assert close(rank0[0]["losses"], fsdp[0]["losses"])
 
 
-def test_all_to_all_reduce_scatter_and_prefetching_give_fsdp2s_own_gradients(runs):
+def test_p2p_collectives_and_prefetching_give_fsdp2s_own_gradients(runs):
     tuned, native = runs("fsdp"), runs("fsdp_native")
     assert len(tuned[0]["grads"]) == tuned[0]["total_params"]
     assert close(tuned[0]["grads"], native[0]["grads"])
     assert close(tuned[0]["losses"], native[0]["losses"])
 
 
+def test_p2p_reduce_scatter_sums_in_rank_order_like_all_to_all_on_three_processes(runs):
+    # both sum the three chunks in rank order, and both all-gathers copy exactly: bitwise the same training
+    p2p, all_to_all = runs("fsdp3"), runs("fsdp3_all_to_all")
+    for rank in (0, 1, 2):
+        assert p2p[rank]["grads"] == all_to_all[rank]["grads"]
+        assert p2p[rank]["losses"] == all_to_all[rank]["losses"]
+
+
 @pytest.mark.parametrize("flags,message", [
-    (["--fsdp-reduce-scatter", "ring"], "flag --fsdp-reduce-scatter: expected one of: auto, native, all_to_all"),
+    (["--fsdp-reduce-scatter", "ring"],
+     "flag --fsdp-reduce-scatter: expected one of: auto, native, all_to_all, p2p"),
+    (["--fsdp-all-gather", "ring"], "flag --fsdp-all-gather: expected one of: auto, native, p2p"),
     (["--fsdp-prefetch", "9"], "flag --fsdp-prefetch: expected an integer from 0 to 8, got '9'"),
     (["--fsdp-prefetch", "-1"], "flag --fsdp-prefetch"),
 ])
@@ -121,6 +135,7 @@ def test_fsdp_speed_settings_are_listed_with_their_defaults(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.splitlines() if ln.startswith("  fsdp_")}
     assert rows["fsdp_reduce_scatter"][:2] == ["auto", "default"]
+    assert rows["fsdp_all_gather"][:2] == ["auto", "default"]
     assert rows["fsdp_prefetch"][:2] == ["2", "flag"]
     assert rows["fsdp_keep_last_unsharded"][:2] == ["True", "default"]
     assert rows["fsdp_from_rank0"][:2] == ["False", "default"]
