@@ -294,9 +294,13 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
         raise ConfigError("-m/--module and --no-python exclude each other: a module is run by python")
     assembly = resolved_assembly(ctx, setting_values, config_file)
     target = Target(script, tuple(script_args), is_module, no_python)
+    plan = orchestrate.make_plan(assembly)
+    if not (dry_run or no_python) and assembly.settings["start_method"] != "spawn" and plan.engine != "pjrt":
+        from ..launch import worker_memory
+
+        worker_memory.reexec_for(assembly.settings["worker_memory"])  # forked workers inherit this allocator
     if assembly.detection_line and not dry_run:
         click.echo(f"acc: {assembly.detection_line}", err=True)
-    plan = orchestrate.make_plan(assembly)
     if no_python and plan.engine == "pjrt":
         raise LaunchError("--no-python cannot be used with the xla backend: its workers run a Python script")
     orchestrate.check_target(target)

@@ -182,8 +182,11 @@ def environment_additions(plan: LaunchPlan, base: Mapping[str, str] | None = Non
 
 def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment every worker starts with: ours, the launch's additions, the resolved settings."""
+    from . import worker_memory
+
     env = dict(os.environ if base is None else base)
     env.update(environment_additions(plan, base))
+    env.update(worker_memory.environment(assembly.settings["worker_memory"], env))
     env[LAUNCH_ENV] = assembly.settings.to_json()
     return env
 

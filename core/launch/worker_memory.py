@@ -1,0 +1,71 @@
+"""How workers' memory allocator treats freed tensors (the `worker_memory` setting).
+
+keep (the default): glibc's own behaviour. Blocks freed by a tensor go back to the heap for reuse, and
+glibc's mmap threshold rises with the sizes it sees (up to 32 MiB), so after a few steps most tensors live
+in the heap and a process's RSS stays at its high-water mark.
+
+release: freed tensors leave the process at once, so RSS follows live memory, which is what sharding saves.
+Two glibc knobs, read when a process starts: the mmap threshold fixed at 64 KiB (MALLOC_MMAP_THRESHOLD_: every
+larger block is its own mapping, returned on free) and transparent huge pages for those mappings
+(GLIBC_TUNABLES glibc.malloc.hugetlb=1, glibc 2.35+, with THP in madvise or always mode), so the pages a fresh
+block touches come 2 MiB at a time rather than 4 KiB. Measured on the sharded bench model (fsdp, 2 processes):
+the fixed threshold alone took the step from 1.06 s to 1.68-1.77 s (page faults on every all-gather); with
+huge pages it was 1.13-1.19 s, at the same peak RSS (726 MB against 1059 MB kept).
+
+Forked workers inherit the launcher's allocator, which read its knobs when the launcher started: `acc launch`
+therefore starts itself again with them (`reexec_for`) before it forks. Workers `acc.launch(fn)` forks from a
+notebook's interpreter keep that interpreter's allocator; spawned ones get the knobs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping, NoReturn
+
+MODES = ("keep", "release")
+THRESHOLD = "65536"
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+_REEXEC_ENV = "ACC_REEXEC_WORKER_MEMORY"
+
+
+def environment(mode: str, base: Mapping[str, str]) -> dict[str, str]:
+    """The variables `mode` sets in the workers' environment (none for keep; a variable the user set is kept)."""
+    if mode != "release" or not sys.platform.startswith("linux"):
+        return {}
+    extra = {}
+    if "MALLOC_MMAP_THRESHOLD_" not in base:
+        extra["MALLOC_MMAP_THRESHOLD_"] = THRESHOLD
+    tunables = base.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" not in tunables:
+        extra["GLIBC_TUNABLES"] = f"{tunables}:{HUGE_PAGES}" if tunables else HUGE_PAGES
+    return extra
+
+
+def huge_pages_mode() -> str | None:
+    """The kernel's transparent huge page mode: always, madvise (only for mappings that ask), never; None if
+    there is none (not Linux)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fp:
+            text = fp.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else None
+
+
+def reexec_for(mode: str) -> None:
+    """Start this `acc` command again with `mode`'s variables when this process lacks them (its forked workers
+    inherit its allocator); returns when nothing is needed. Never more than once."""
+    extra = environment(mode, os.environ)
+    if not extra or os.environ.get(_REEXEC_ENV):
+        return
+    _exec({**os.environ, **extra, _REEXEC_ENV: "1"})
+
+
+def _exec(env: dict[str, str]) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    program = sys.argv[0]
+    if os.path.basename(program) != "__main__.py" and os.access(program, os.X_OK):  # the `acc` script: its name
+        os.execve(program, sys.argv, env)  # stays the command the run manifest records
+    os.execve(sys.executable, [sys.executable, "-m", "acc", *sys.argv[1:]], env)

@@ -1,0 +1,47 @@
+"""The worker_memory setting: with release, workers (forked or spawned) give freed tensors back at once and get
+fresh memory in transparent huge pages; keep leaves glibc as it is. Real launches on 2 processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from acc.launch import worker_memory
+from tests.conftest import read_rank_results
+from tests.plugins.ddp.test_ddp import acc_launch
+
+DDP2 = ["--backend", "ddp", "--nproc", "2"]
+
+
+def test_release_sets_both_knobs_and_keeps_what_the_user_set():
+    assert worker_memory.environment("keep", {}) == {}
+    assert worker_memory.environment("release", {}) == {"MALLOC_MMAP_THRESHOLD_": "65536",
+                                                         "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    mine = {"MALLOC_MMAP_THRESHOLD_": "1048576", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
+    assert worker_memory.environment("release", mine) == {
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+    assert worker_memory.environment("release", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {
+        "MALLOC_MMAP_THRESHOLD_": "65536"}  # the user's own hugetlb choice stands
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_release_returns_freed_tensors_and_uses_huge_pages(tmp_path, start):
+    out = tmp_path / "release"
+    acc_launch(tmp_path, [*DDP2, "--start-method", start, "--worker-memory", "release"], "worker_memory.py",
+               ["--out", str(out)])
+    results = read_rank_results(out)
+    assert sorted(results) == [0, 1]
+    for rank, r in results.items():
+        assert r["env"] == {"MALLOC_MMAP_THRESHOLD_": "65536", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, r
+        assert r["held_kb"] > 90 * 1024, r  # 96 MiB were touched
+        assert r["released_kb"] > 0.9 * r["held_kb"], (rank, r)  # and left the process when freed
+        if worker_memory.huge_pages_mode() in ("always", "madvise"):
+            assert r["huge_kb"] >= 32 * 1024, (rank, r)  # most of the 64 MiB tensor in 2 MiB pages
+
+
+def test_keep_leaves_the_allocator_alone(tmp_path):
+    out = tmp_path / "keep"
+    acc_launch(tmp_path, DDP2, "worker_memory.py", ["--out", str(out)])
+    for r in read_rank_results(out).values():
+        assert r["env"] == {"MALLOC_MMAP_THRESHOLD_": None, "GLIBC_TUNABLES": None}
+        if worker_memory.huge_pages_mode() == "madvise":
+            assert r["huge_kb"] == 0  # nothing asked for huge pages
