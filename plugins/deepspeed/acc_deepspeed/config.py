@@ -132,6 +132,46 @@ def complete(user: Mapping[str, Any], settings: Mapping[str, Any], world_size: i
     return config, problems
 
 
+# ------------------------------------------------------------------ buckets sized from the model
+
+BUCKET_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+ZERO_BUCKETS = ("deepspeed", "model")
+
+
+def hidden_size(config_hidden: Any, parameter_shapes: list[tuple[int, ...]]) -> int | None:
+    """The model's hidden size: `model.config.hidden_size` (or the largest of `hidden_sizes`), as Accelerate reads
+    it; for a model without one, the larger side of its largest 2-D parameter (a hidden x hidden weight)."""
+    if isinstance(config_hidden, (list, tuple)) and config_hidden:
+        return int(max(config_hidden))
+    if isinstance(config_hidden, int) and config_hidden > 0:
+        return config_hidden
+    matrices = [shape for shape in parameter_shapes if len(shape) == 2]
+    if not matrices:
+        return None
+    largest = max(matrices, key=lambda shape: shape[0] * shape[1])
+    return int(max(largest))
+
+
+def fill_buckets(config: dict[str, Any], hidden: int | None, sizing: str, where: str) -> list[str]:
+    """Fill, in place, ZeRO's bucket sizes from the hidden size: every value left "auto" (Accelerate's formulas:
+    hidden^2, 0.9 hidden^2, 10 hidden), and with `zero_buckets` = model every one the config leaves out too
+    (DeepSpeed's own defaults, 5e8, 5e7 and 1e5 elements, are sized for billion-parameter models: on a 50M-parameter
+    model they gather and hold every parameter at once; bench/sharded.py measures both)."""
+    zero = config.setdefault("zero_optimization", {})
+    keys = BUCKET_KEYS if zero.get("stage") == 3 else BUCKET_KEYS[:1]  # the stage3_ ones mean nothing below 3
+    wanted = [k for k in BUCKET_KEYS if zero.get(k) == AUTO or (sizing == "model" and k in keys and k not in zero)]
+    if not wanted:
+        return []
+    if hidden is None:
+        return [f"{where}: {', '.join(f'zero_optimization.{k}' for k in wanted)} need the model's hidden size, and "
+                "the model has neither config.hidden_size nor a 2-D parameter; give the values as integers"]
+    values = {"reduce_bucket_size": hidden * hidden, "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+              "stage3_param_persistence_threshold": 10 * hidden}
+    for key in wanted:
+        zero[key] = values[key]
+    return []
+
+
 # ------------------------------------------------------------------ the config's optimizer and scheduler
 
 

@@ -66,3 +66,39 @@ def test_user_file_errors(tmp_path):
     good = tmp_path / "ds.json"
     good.write_text(json.dumps({"zero_optimization": {"stage": 1}}))
     assert read_user_config(str(good)) == {"zero_optimization": {"stage": 1}}
+
+
+def test_hidden_size_is_the_configs_else_the_largest_matrixs_larger_side():
+    from acc_deepspeed.config import hidden_size
+
+    assert hidden_size(768, [(10, 10)]) == 768
+    assert hidden_size([256, 512, 1024], []) == 1024  # hidden_sizes: the largest, as Accelerate picks
+    assert hidden_size(None, [(64,), (300, 100), (2500, 2500), (2500,)]) == 2500
+    assert hidden_size(None, [(64,)]) is None
+
+
+@pytest.mark.parametrize("stage,sizing,zero,want", [
+    (3, "deepspeed", {}, {}),  # DeepSpeed's own defaults: nothing added
+    (3, "deepspeed", {"reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
+     {"reduce_bucket_size": 10000, "stage3_prefetch_bucket_size": 9000}),  # "auto" as Accelerate fills it
+    (3, "model", {}, {"reduce_bucket_size": 10000, "stage3_prefetch_bucket_size": 9000,
+                      "stage3_param_persistence_threshold": 1000}),
+    (3, "model", {"reduce_bucket_size": 123}, {"reduce_bucket_size": 123, "stage3_prefetch_bucket_size": 9000,
+                                                "stage3_param_persistence_threshold": 1000}),  # the user's stands
+    (2, "model", {}, {"reduce_bucket_size": 10000}),  # the stage3_ values mean nothing below stage 3
+])
+def test_bucket_sizes_come_from_the_hidden_size(stage, sizing, zero, want):
+    from acc_deepspeed.config import BUCKET_KEYS, fill_buckets
+
+    config = {"zero_optimization": {"stage": stage, **zero}}
+    assert fill_buckets(config, 100, sizing, "ds.json") == []
+    assert {k: v for k, v in config["zero_optimization"].items() if k in BUCKET_KEYS} == want
+
+
+def test_auto_buckets_without_a_hidden_size_are_a_problem_naming_the_keys():
+    from acc_deepspeed.config import fill_buckets
+
+    problems = fill_buckets({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}, None, "deepspeed",
+                            "ds.json")
+    assert len(problems) == 1 and "ds.json: zero_optimization.reduce_bucket_size need the model's hidden size" in \
+        problems[0] and "give the values as integers" in problems[0]

@@ -25,9 +25,10 @@ def ddp_reference(tmp_path_factory):
     return read_rank_results(tmp / "o")
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_zero_stages_match_ddp(tmp_path, ddp_reference, stage):
-    acc_launch(tmp_path, [*DS, "--zero-stage", str(stage)], "layers.py", ["--out", str(tmp_path / "o")])
+@pytest.mark.parametrize("stage,buckets", [(1, "deepspeed"), (2, "deepspeed"), (3, "deepspeed"), (3, "model")])
+def test_zero_stages_match_ddp(tmp_path, ddp_reference, stage, buckets):
+    acc_launch(tmp_path, [*DS, "--zero-stage", str(stage), "--zero-buckets", buckets], "layers.py",
+               ["--out", str(tmp_path / "o")])
     res = read_rank_results(tmp_path / "o")
     assert res[0]["distributed_type"] == "DEEPSPEED" and len(res[0]["losses"]) == 20
     for a, b in zip(res[0]["losses"], ddp_reference[0]["losses"]):
