@@ -1,16 +1,17 @@
 """The pieces of a sharded step on the bench model (sharded_step.py's 8 x Linear(2500, 2500), batch 8, AdamW),
 timed apart on every rank at once (the processes contend for the cores as in a real step), with plain torch and
 raw torch.distributed on acc's gloo group:
-  compute_full     forward + backward + AdamW over all parameters, no communication (ddp's local work)
-  compute_sharded  forward + backward + AdamW over flat shards of 1/W of each unit (fsdp's and ZeRO-3's local work)
-  allreduce        all_reduce of the whole gradient in 25 MB buckets (DDP's default bucket size)
-  allgather        all_gather_single (FSDP2's call; all_gather_into_tensor before it) of each unit from its 1/W
-                   shard, one pass over the 8 units
-  allgather_p2p    the same all-gather by isend/irecv with every peer (the same bytes; gloo's all-gather is slower)
-  reduce_scatter   per unit, all_to_all_single + a local sum of the W chunks (acc's fsdp reduce-scatter on gloo)
-Each figure is the median over `--repeats` (after one warm-up), seconds per step, with barriers around every
-timed section; the sections are interleaved within each repeat so drift affects all alike. Prints one BENCH line
-on rank 0. Launched with `acc launch --backend ddp --nproc 2`."""
+  compute_full       forward + backward + AdamW over all parameters, no communication (ddp's local work)
+  compute_sharded    forward + backward + AdamW over flat shards of 1/W of each unit (fsdp's and ZeRO-3's local work)
+  allreduce          all_reduce of the whole gradient in 25 MB buckets (DDP's default bucket size)
+  allgather          gloo's all_gather_single (FSDP2's native call) of each unit from its 1/W shard, the 8 units
+  allgather_p2p      the same all-gather with acc's fsdp p2p all-gather (isend/irecv with every peer)
+  reduce_scatter_all_to_all  per unit, all_to_all_single + a local sum of the W chunks
+  reduce_scatter_p2p the same with acc's fsdp p2p reduce-scatter (isend/irecv, then the sum in rank order)
+The p2p collectives are acc_fsdp.tuning's own objects, called as FSDP2 calls them. Each figure is the median over
+`--repeats` (after one warm-up), seconds per step, with barriers around every timed section; the sections are
+interleaved within each repeat so drift affects all alike. Prints one BENCH line on rank 0. Launched with
+`acc launch --backend ddp --nproc 2`."""
 
 import argparse
 import json
@@ -23,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from acc import Accelerator
+from acc_fsdp import tuning
 
 WIDTH, LAYERS, BATCH, BUCKET_BYTES = 2500, 8, 8, 25 * 1024 * 1024
 
@@ -56,8 +58,9 @@ def main() -> None:
     received = torch.empty(shard * world)
     summed = torch.empty(shard)
     buckets = flat.split(BUCKET_BYTES // flat.element_size())
-    rank, peers = accelerator.process_index, [p for p in range(world) if p != accelerator.process_index]
+    rank = accelerator.process_index
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    p2p_gather, p2p_reduce_scatter = tuning.p2p_all_gather(), tuning.p2p_reduce_scatter()
 
     def compute(opt: torch.optim.Optimizer) -> Callable[[], None]:
         def step() -> None:
@@ -76,20 +79,21 @@ def main() -> None:
 
     def allgather_p2p() -> None:
         for i in range(LAYERS):
-            chunks, mine = units[i].view(world, -1), shards[i].detach()
-            chunks[rank].copy_(mine)
-            ops = [op for p in peers for op in (dist.P2POp(dist.isend, mine, p), dist.P2POp(dist.irecv, chunks[p], p))]
-            for request in dist.batch_isend_irecv(ops):
-                request.wait()
+            chunks = units[i].view(world, -1)
+            p2p_gather(chunks.view(-1), chunks[rank], group=dist.group.WORLD)
 
-    def reduce_scatter() -> None:
+    def reduce_scatter_all_to_all() -> None:
         for i in range(LAYERS):
             dist.all_to_all_single(received, units[i])
             torch.sum(received.view(world, -1), dim=0, out=summed)
 
+    def reduce_scatter_p2p() -> None:
+        for i in range(LAYERS):
+            p2p_reduce_scatter(summed, units[i], group=dist.group.WORLD, op=dist.ReduceOp.SUM)
+
     sections = {"compute_full_s": compute(full_opt), "compute_sharded_s": compute(shard_opt),
                 "allreduce_s": allreduce, "allgather_s": allgather, "allgather_p2p_s": allgather_p2p,
-                "reduce_scatter_s": reduce_scatter}
+                "reduce_scatter_all_to_all_s": reduce_scatter_all_to_all, "reduce_scatter_p2p_s": reduce_scatter_p2p}
     times: dict[str, list[float]] = {name: [] for name in sections}
     for repeat in range(1 + args.repeats):
         for name, fn in sections.items():
