@@ -341,6 +341,12 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
     from .launch import elastic, fork
 
     method, why = _start_method(env.get(elastic.START_METHOD_ENV, "auto"), plan.max_restarts, fn, args, caller)
+    from .launch import worker_memory
+
+    if method == "fork" and worker_memory.forked_without_huge_pages(env):
+        print(f"{caller}: note: worker_memory='release': workers forked from this interpreter return freed tensors "
+              "at once but get no 2 MiB pages (glibc reads that setting when a process starts); start Python with "
+              "GLIBC_TUNABLES=glibc.malloc.hugetlb=1, or use start_method='spawn'", file=sys.stderr)
     if env.get("ACC_DEBUG"):
         print(f"{caller}: start method {method} ({why})", file=sys.stderr)
     log_dir = env.get(elastic.LOG_DIR_ENV) or tempfile.mkdtemp(prefix="acc-logs-")

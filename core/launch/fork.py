@@ -102,6 +102,9 @@ def _become_worker() -> None:
         signal.signal(sig, signal.SIG_DFL)  # the agent's (and the launcher's) handlers belong to the launcher
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _apply_thread_share()
+    from .worker_memory import apply_threshold
+
+    apply_threshold()
 
 
 def run_target(is_module: bool, program: str, args: tuple[str, ...]) -> None:

@@ -14,7 +14,8 @@ huge pages it was 1.13-1.19 s, at the same peak RSS (726 MB against 1059 MB kept
 
 Forked workers inherit the launcher's allocator, which read its knobs when the launcher started: `acc launch`
 therefore starts itself again with them (`reexec_for`) before it forks. Workers `acc.launch(fn)` forks from a
-notebook's interpreter keep that interpreter's allocator; spawned ones get the knobs.
+notebook's interpreter get the fixed threshold (`apply_threshold`: glibc's mallopt works at any time) but not the
+huge pages, which glibc reads only at start-up (`forked_without_huge_pages` says so); spawned ones get both.
 """
 
 from __future__ import annotations
@@ -60,6 +61,28 @@ def reexec_for(mode: str) -> None:
     if not extra or os.environ.get(_REEXEC_ENV):
         return
     _exec({**os.environ, **extra, _REEXEC_ENV: "1"})
+
+
+def apply_threshold() -> None:
+    """In a forked worker: fix glibc's mmap threshold at MALLOC_MMAP_THRESHOLD_ of the worker's environment, as a
+    fresh interpreter would read it (a no-op where it is unset, or where this is not glibc)."""
+    value = os.environ.get("MALLOC_MMAP_THRESHOLD_", "")
+    if not value.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, int(value))  # M_MMAP_THRESHOLD (also stops glibc from raising it)
+    except (OSError, AttributeError):
+        pass
+
+
+def forked_without_huge_pages(worker_env: Mapping[str, str]) -> bool:
+    """Whether workers forked from this process now miss the huge pages `worker_env` asks for (this process did
+    not start with them: a notebook or script calling acc.launch)."""
+    return HUGE_PAGES in worker_env.get("GLIBC_TUNABLES", "") and \
+        "glibc.malloc.hugetlb" not in os.environ.get("GLIBC_TUNABLES", "")
 
 
 def _exec(env: dict[str, str]) -> NoReturn:

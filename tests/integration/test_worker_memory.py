@@ -3,10 +3,13 @@ fresh memory in transparent huge pages; keep leaves glibc as it is. Real launche
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 from acc.launch import worker_memory
-from tests.conftest import read_rank_results
+from tests.conftest import ROOT, WORKERS, clean_env, read_rank_results, run
 from tests.plugins.ddp.test_ddp import acc_launch
 
 DDP2 = ["--backend", "ddp", "--nproc", "2"]
@@ -45,3 +48,17 @@ def test_keep_leaves_the_allocator_alone(tmp_path):
         assert r["env"] == {"MALLOC_MMAP_THRESHOLD_": None, "GLIBC_TUNABLES": None}
         if worker_memory.huge_pages_mode() == "madvise":
             assert r["huge_kb"] == 0  # nothing asked for huge pages
+
+
+def test_acc_launch_from_python_forks_workers_that_release_and_says_what_they_miss(tmp_path):
+    code = (f"import sys; sys.path.insert(0, {str(WORKERS)!r}); import acc, json, worker_memory; "
+            "print(json.dumps(acc.launch(worker_memory.measure, backend='ddp', nproc=2, worker_memory='release', "
+            "output_dir='', return_all=True)))")
+    env = clean_env(tmp_path)
+    env.pop("GLIBC_TUNABLES", None)
+    proc = run([sys.executable, "-c", code], tmp_path, timeout=180, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in results:
+        assert r["released_kb"] > 0.9 * r["held_kb"], r  # the threshold, set in each forked worker
+    assert "get no 2 MiB pages" in proc.stderr and "start_method='spawn'" in proc.stderr

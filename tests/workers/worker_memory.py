@@ -1,6 +1,6 @@
 """Reports how this worker's allocator treats freed tensors: RSS before, with and after 96 MiB of 1 MiB tensors
-(touched, then freed), transparent huge pages behind a touched 64 MiB tensor, and the allocator variables it
-started with. Writes OUT/rank<N>.json."""
+(touched, then freed while a small tensor allocated after them lives), transparent huge pages behind a touched 64 MiB tensor, and the allocator variables it
+started with. Writes OUT/rank<N>.json; `measure()` is what acc.launch runs."""
 
 import json
 import os
@@ -17,23 +17,28 @@ def field(path: str, name: str) -> int:
     return -1
 
 
-def main() -> None:
-    out = Path(sys.argv[sys.argv.index("--out") + 1])
-    rank = int(os.environ.get("RANK", "0"))
+def measure() -> dict:
+    """The figures, in kB (also what acc.launch(measure) returns from each worker)."""
     torch.ones(1 << 18).sum()  # one 1 MiB block freed first: glibc's own threshold would rise above it
     before = field("/proc/self/status", "VmRSS")
     blocks = [torch.ones(1 << 18) for _ in range(96)]
+    pin = torch.ones(16)  # a small block after them: the heap's top cannot be trimmed past it
     held = field("/proc/self/status", "VmRSS")
     del blocks
     after = field("/proc/self/status", "VmRSS")
+    del pin
     huge_before = field("/proc/self/smaps_rollup", "AnonHugePages")
     big = torch.ones(1 << 24)  # 64 MiB
     huge_with = field("/proc/self/smaps_rollup", "AnonHugePages")
     del big
+    return {"held_kb": held - before, "released_kb": held - after, "huge_kb": huge_with - huge_before,
+            "env": {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}}
+
+
+def main() -> None:
+    out = Path(sys.argv[sys.argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "held_kb": held - before, "released_kb": held - after, "huge_kb": huge_with - huge_before,
-        "env": {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}}))
+    (out / f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(measure()))
 
 
 if __name__ == "__main__":
