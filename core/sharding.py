@@ -273,8 +273,15 @@ class SeedableRandomSampler(RandomSampler):
         if self.generator is None:
             self.generator = torch.Generator()
         self.generator.manual_seed(self.epoch + self.initial_seed)
-        yield from super().__iter__()
+        # the order drawn at once (the same draws from the sampler's own generator), then handed out by C iterators:
+        # a batch of B indices costs no Python frame per index; the epoch advances when the order is used up
+        order = list(super().__iter__())
+        return itertools.chain(order, self._advance_epoch())
+
+    def _advance_epoch(self) -> Iterator[int]:
         self.set_epoch(self.epoch + 1)
+        return
+        yield  # a generator: runs when the order is used up
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -227,3 +227,27 @@ def test_sharded_sampler_length_matches_iteration():
                         s = ShardedBatchSampler(BatchSampler(range(n), 4, False), w, r, even_batches=even,
                                                 last_batch=last)
                         assert len(s) == len(list(s)), (n, w, r, even, last)
+
+
+@pytest.mark.parametrize("replacement,num_samples", [(False, None), (False, 25), (True, 40)])
+def test_seedable_sampler_draws_randomsamplers_order_for_seed_plus_epoch_and_advances_when_used_up(
+        replacement, num_samples):
+    from torch.utils.data import RandomSampler
+
+    from acc.sharding import SeedableRandomSampler
+
+    data = list(range(10))
+    sampler = SeedableRandomSampler(data, replacement=replacement, num_samples=num_samples, data_seed=7)
+    for epoch in range(3):
+        reference = list(RandomSampler(data, replacement=replacement, num_samples=num_samples,
+                                       generator=torch.Generator().manual_seed(7 + epoch)))
+        it = iter(sampler)
+        first = [next(it) for _ in range(3)]
+        assert sampler.epoch == epoch  # not advanced before the order is used up
+        assert first + list(it) == reference
+        assert sampler.epoch == epoch + 1
+    abandoned = iter(sampler)
+    next(abandoned)
+    assert sampler.epoch == 3  # a pass left half-way does not advance the epoch
+    assert list(sampler) == list(RandomSampler(data, replacement=replacement, num_samples=num_samples,
+                                               generator=torch.Generator().manual_seed(10)))
