@@ -13,7 +13,7 @@ it at once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from acc import backend as sdk
 
@@ -70,8 +70,10 @@ def _choice(ctx: sdk.RunContext, setting: str) -> str:
     return choice
 
 
-def all_to_all_reduce_scatter() -> Any:
-    """A ReduceScatter (FSDP2's custom-comm interface) built on all_to_all_single, or None when FSDP2 lacks it."""
+def _summing_reduce_scatter(sum_chunks: Callable[[Any, Any, Any], None]) -> Any:
+    """A ReduceScatter (FSDP2's custom-comm interface) whose SUM is `sum_chunks(output, input, group)` (AVG: that
+    sum divided by the world size; any other op, e.g. PREMUL_SUM, the process group's own), or None when FSDP2
+    lacks custom collectives. Synchronous, as FSDP2 expects of a custom reduce-scatter on the CPU."""
     import torch
     import torch.distributed as dist
 
@@ -80,25 +82,41 @@ def all_to_all_reduce_scatter() -> Any:
     except ImportError:  # pragma: no cover - an FSDP2 without custom collectives keeps its own
         return None
 
-    class AllToAllReduceScatter(ReduceScatter):
-        """Each process sends chunk j of its gradients to process j and sums the W chunks it receives."""
-
+    class SummingReduceScatter(ReduceScatter):
         def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-            return torch.empty(*size, dtype=dtype, device=device)
+            return _allocate(size, dtype=dtype, device=device)
 
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, op: Any,
                      async_op: bool = False) -> Any:
-            world = group.size()
-            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):  # e.g. PREMUL_SUM: gloo's own
+            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
                 return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
-            received = torch.empty_like(input_tensor)
-            dist.all_to_all_single(received, input_tensor, group=group)  # synchronous (FSDP2 waits on its stream)
-            torch.sum(received.view(world, -1), dim=0, out=output_tensor)
+            sum_chunks(output_tensor, input_tensor, group)
             if op == dist.ReduceOp.AVG:
-                output_tensor.div_(world)
+                output_tensor.div_(group.size())
             return None
 
-    return AllToAllReduceScatter()
+    return SummingReduceScatter()
+
+
+def _allocate(size: Any, *, dtype: Any, device: Any) -> Any:
+    """A custom collective's buffer: a plain tensor (FSDP2's default allocation)."""
+    import torch
+
+    return torch.empty(*size, dtype=dtype, device=device)
+
+
+def all_to_all_reduce_scatter() -> Any:
+    """A ReduceScatter built on all_to_all_single: each process sends chunk j of its gradients to process j and
+    sums the W chunks it receives; None when FSDP2 lacks custom collectives."""
+    import torch
+    import torch.distributed as dist
+
+    def sum_chunks(output_tensor: Any, input_tensor: Any, group: Any) -> None:
+        received = torch.empty_like(input_tensor)
+        dist.all_to_all_single(received, input_tensor, group=group)
+        torch.sum(received.view(group.size(), -1), dim=0, out=output_tensor)
+
+    return _summing_reduce_scatter(sum_chunks)
 
 
 def _exchange(group: Any, tag: int, sends: dict[int, Any], receives: dict[int, Any]) -> list[Any]:
@@ -147,7 +165,7 @@ def p2p_all_gather() -> Any:
 
     class P2PAllGather(AllGather):
         def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-            return torch.empty(*size, dtype=dtype, device=device)
+            return _allocate(size, dtype=dtype, device=device)
 
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
                      async_op: bool = False) -> Any:
@@ -170,39 +188,23 @@ def p2p_reduce_scatter() -> Any:
     """A ReduceScatter that sends chunk p of the gradients to each peer p with isend, receives the peers' chunks
     of its own part with irecv and sums the W chunks in rank order (the sum all_to_all_reduce_scatter computes)."""
     import torch
-    import torch.distributed as dist
 
-    try:
-        from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
-    except ImportError:  # pragma: no cover
-        return None
+    def sum_chunks(output_tensor: Any, input_tensor: Any, group: Any) -> None:
+        world, rank = group.size(), group.rank()
+        chunks = input_tensor.view(world, -1)
+        peers = [p for p in range(world) if p != rank]
+        if world == 2:  # one addition, in rank order: no copy of this process's own chunk
+            received = {peers[0]: torch.empty_like(chunks[0])}
+        else:
+            stacked = torch.empty_like(chunks)
+            stacked[rank].copy_(chunks[rank])
+            received = {p: stacked[p] for p in peers}
+        for work in _exchange(group, _REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, received):
+            work.wait()
+        if world == 2:
+            first, second = (chunks[0], received[1]) if rank == 0 else (received[0], chunks[1])
+            torch.add(first, second, out=output_tensor.view(-1))
+        else:
+            torch.sum(stacked, dim=0, out=output_tensor.view(-1))
 
-    class P2PReduceScatter(ReduceScatter):
-        def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-            return torch.empty(*size, dtype=dtype, device=device)
-
-        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, op: Any,
-                     async_op: bool = False) -> Any:
-            world, rank = group.size(), group.rank()
-            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):  # e.g. PREMUL_SUM: gloo's own
-                return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
-            chunks = input_tensor.view(world, -1)
-            peers = [p for p in range(world) if p != rank]
-            if world == 2:  # one addition, in rank order: no copy of this process's own chunk
-                received = {peers[0]: torch.empty_like(chunks[0])}
-            else:
-                stacked = torch.empty_like(chunks)
-                stacked[rank].copy_(chunks[rank])
-                received = {p: stacked[p] for p in peers}
-            for work in _exchange(group, _REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, received):
-                work.wait()  # synchronous, as FSDP2 expects of a custom reduce-scatter on the CPU
-            if world == 2:
-                first, second = (chunks[0], received[1]) if rank == 0 else (received[0], chunks[1])
-                torch.add(first, second, out=output_tensor.view(-1))
-            else:
-                torch.sum(stacked, dim=0, out=output_tensor.view(-1))
-            if op == dist.ReduceOp.AVG:
-                output_tensor.div_(world)
-            return None
-
-    return P2PReduceScatter()
+    return _summing_reduce_scatter(sum_chunks)
