@@ -20,22 +20,9 @@ import pytest
 
 from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
-from tests.integration.sockets import listening_sockets, namespace_with_a_public_host_name
+from tests.integration.sockets import listening_sockets
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def public_host():
-    context = namespace_with_a_public_host_name()
-    try:
-        value = context.__enter__()
-    except OSError as exc:
-        pytest.skip(f"network namespaces are not available here: {exc}")
-    try:
-        yield value
-    finally:
-        context.__exit__(None, None, None)
 
 
 CONTROL = """
