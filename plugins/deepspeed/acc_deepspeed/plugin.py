@@ -165,8 +165,9 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
     if "train_micro_batch_size_per_gpu" not in config:
         problems.append("the micro batch size is unknown: prepare the training DataLoader in the same prepare call as "
                         "the model, or set train_micro_batch_size_per_gpu in the DeepSpeed config")
-    hidden = ds_config.hidden_size(getattr(getattr(trained[0], "config", None), "hidden_size", None) or
-                                   getattr(getattr(trained[0], "config", None), "hidden_sizes", None),
+    model_config = getattr(trained[0], "config", None)
+    hidden = ds_config.hidden_size(getattr(model_config, "hidden_size", None) or
+                                   getattr(model_config, "hidden_sizes", None),
                                    [tuple(getattr(p, "ds_shape", p.shape)) for p in trained[0].parameters()])
     problems += ds_config.fill_buckets(config, hidden, ctx.settings["zero_buckets"], where)
     optimizer, scheduler = optimizers[0], sdk.scheduler_for(optimizers[0])
