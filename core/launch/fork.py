@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable
 
 from ..tracebacks import print_exception
+from .worker_memory import apply_threshold
 
 
 PID_FILE = "pid"
@@ -102,8 +103,6 @@ def _become_worker() -> None:
         signal.signal(sig, signal.SIG_DFL)  # the agent's (and the launcher's) handlers belong to the launcher
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _apply_thread_share()
-    from .worker_memory import apply_threshold
-
     apply_threshold()
 
 
