@@ -36,6 +36,13 @@ def local_numel(p: torch.Tensor) -> int:
     return p.numel()
 
 
+def zero3_masters(opt) -> list[bool]:
+    """Under ZeRO-3, for each optimizer sub-group: does its fp32 master share the parameter partition's memory?"""
+    inner = getattr(opt, "optimizer", None)
+    masters, parts = getattr(inner, "fp32_partitioned_groups_flat", []), getattr(inner, "fp16_partitioned_groups_flat", [])
+    return [m.untyped_storage().data_ptr() == p.untyped_storage().data_ptr() for m, p in zip(masters, parts)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -88,6 +95,7 @@ def main() -> None:
         "compiled_modules": [type(m).__name__ for _, m in model.named_modules()
                              if getattr(m, "_compiled_call_impl", None) is not None],
         "compiled_whole": hasattr(model, "_orig_mod"),
+        "zero3_masters": zero3_masters(opt),
     })
     accelerator.end_training()
 

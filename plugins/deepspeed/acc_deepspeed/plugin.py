@@ -14,6 +14,7 @@ from typing import Any
 from acc import backend as sdk
 
 from . import config as ds_config
+from . import master
 
 ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch", "deepspeed")
@@ -37,8 +38,9 @@ def acc_add_settings(registry: Any) -> None:
     registry.add(sdk.Setting(
         "zero_buckets", str, "deepspeed",
         "ZeRO bucket sizes the DeepSpeed config leaves out: deepspeed (its defaults, sized for billion-parameter "
-        "models), model (from the model's hidden size h, as Accelerate fills \"auto\": reduce bucket h^2, ZeRO-3 "
-        "prefetch bucket 0.9 h^2, persistence threshold 10 h; less memory and faster steps on smaller models)",
+        "models), model (from the model's hidden size h: as Accelerate fills \"auto\", reduce bucket h^2, ZeRO-3 "
+        "prefetch bucket 0.9 h^2, persistence threshold 10 h; and ZeRO-3 optimizer sub-groups of h^2/4, at most "
+        "2 h^2 parameters gathered, reuse distance h^2; less memory and faster steps on smaller models)",
         ("--zero-buckets",), choices=ds_config.ZERO_BUCKETS))
 
 
@@ -190,6 +192,7 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
                           f"of {where} is not used (as with Accelerate)", stacklevel=2)
         kwargs["lr_scheduler"] = scheduler.lr_scheduler_callable  # called with the engine's optimizer
     engine, engine_optimizer, _, _ = deepspeed.initialize(**kwargs)
+    master.share_fp32_master(engine.optimizer)
     engine.checkpoint_engine = _safe_checkpoint_engine(engine)
     ctx.backend_state.update(engine=engine, config=config)
     if scheduler is not None:

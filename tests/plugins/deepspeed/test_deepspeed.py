@@ -35,6 +35,8 @@ def test_zero_stages_match_ddp(tmp_path, ddp_reference, stage, buckets):
         assert abs(a - b) <= 1e-4 * abs(b)
     share = res[0]["local_params"] / res[0]["total_params"]
     assert (abs(share - 0.5) < 0.05) if stage == 3 else share == 1.0  # ZeRO-3 partitions the parameters
+    masters = res[0]["zero3_masters"]  # fp32 training: the master partition is the parameters' own, not a copy
+    assert (masters and all(masters)) if stage == 3 else masters == []
 
 
 def test_the_same_script_runs_on_cpu_too(tmp_path):
