@@ -135,6 +135,8 @@ def complete(user: Mapping[str, Any], settings: Mapping[str, Any], world_size: i
 # ------------------------------------------------------------------ buckets sized from the model
 
 BUCKET_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+# ZeRO-3 sizes only `model` fills (Accelerate has no "auto" for them); measured on the bench model (bench/sharded.py)
+MODEL_KEYS = ("sub_group_size", "stage3_max_live_parameters", "stage3_max_reuse_distance")
 ZERO_BUCKETS = ("deepspeed", "model")
 
 
@@ -152,21 +154,33 @@ def hidden_size(config_hidden: Any, parameter_shapes: list[tuple[int, ...]]) -> 
     return int(max(largest))
 
 
+def bucket_sizes(hidden: int) -> dict[str, int]:
+    """ZeRO's sizes, in elements, from the hidden size h. Accelerate's formulas for "auto": reduce bucket h^2, ZeRO-3
+    prefetch bucket 0.9 h^2, persistence threshold 10 h. And acc's, for `zero_buckets` = model: optimizer sub-groups
+    of h^2 / 4 elements per process (the optimizer steps one sub-group at a time, and a step's temporaries, about
+    three times a sub-group, were 200 MB per process on the bench model with DeepSpeed's 1e9); at most 2 h^2
+    parameters gathered at once, and a gathered parameter kept only when it is used again within h^2 elements
+    (DeepSpeed's 1e9 for both held the bench model's whole 50M parameters gathered from forward to backward)."""
+    square = hidden * hidden
+    return {"reduce_bucket_size": square, "stage3_prefetch_bucket_size": int(0.9 * square),
+            "stage3_param_persistence_threshold": 10 * hidden, "sub_group_size": max(1, square // 4),
+            "stage3_max_live_parameters": 2 * square, "stage3_max_reuse_distance": square}
+
+
 def fill_buckets(config: dict[str, Any], hidden: int | None, sizing: str, where: str) -> list[str]:
-    """Fill, in place, ZeRO's bucket sizes from the hidden size: every value left "auto" (Accelerate's formulas:
-    hidden^2, 0.9 hidden^2, 10 hidden), and with `zero_buckets` = model every one the config leaves out too
-    (DeepSpeed's own defaults, 5e8, 5e7 and 1e5 elements, are sized for billion-parameter models: on a 50M-parameter
-    model they gather and hold every parameter at once; bench/sharded.py measures both)."""
+    """Fill, in place, ZeRO's sizes from the hidden size (`bucket_sizes`): every one left "auto", and with
+    `zero_buckets` = model every one the config leaves out too (DeepSpeed's own defaults, 5e8, 5e7 and 1e5 elements
+    for the buckets and 1e9 for the rest, are sized for billion-parameter models). Returns the problems."""
     zero = config.setdefault("zero_optimization", {})
-    keys = BUCKET_KEYS if zero.get("stage") == 3 else BUCKET_KEYS[:1]  # the stage3_ ones mean nothing below 3
-    wanted = [k for k in BUCKET_KEYS if zero.get(k) == AUTO or (sizing == "model" and k in keys and k not in zero)]
+    keys = (*BUCKET_KEYS, *MODEL_KEYS) if zero.get("stage") == 3 else BUCKET_KEYS[:1]  # the rest is ZeRO-3's
+    wanted = [k for k in (*BUCKET_KEYS, *MODEL_KEYS)
+              if zero.get(k) == AUTO or (sizing == "model" and k in keys and k not in zero)]
     if not wanted:
         return []
     if hidden is None:
         return [f"{where}: {', '.join(f'zero_optimization.{k}' for k in wanted)} need the model's hidden size, and "
                 "the model has neither config.hidden_size nor a 2-D parameter; give the values as integers"]
-    values = {"reduce_bucket_size": hidden * hidden, "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
-              "stage3_param_persistence_threshold": 10 * hidden}
+    values = bucket_sizes(hidden)
     for key in wanted:
         zero[key] = values[key]
     return []
