@@ -457,6 +457,7 @@ class Accelerator(CollectivesMixin):
             device=self.device if place else None,
             settings=self._data_settings(),
             broadcast_object=self._broadcast_object,
+            broadcast_state=self._broadcast_state,
             rng_types=self.rng_types,
             on_start=self.ctx.loop.active_loaders.append,
             on_end=lambda dl: self.ctx.loop.active_loaders.remove(dl) if dl in self.ctx.loop.active_loaders else None,

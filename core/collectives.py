@@ -37,6 +37,11 @@ class CollectivesMixin:
     def _broadcast_object(self, obj: Any, src: int) -> Any:
         return self.ctx.communicator.broadcast_object(obj, src)
 
+    def _broadcast_state(self, state: torch.Tensor, src: int) -> torch.Tensor:
+        """Process `src`'s copy of an RNG state (a byte tensor of the same size on every process), as one tensor
+        broadcast through the accelerator's device, back where it came from."""
+        return self.ctx.communicator.broadcast(state.to(self.device), src).to(state.device)
+
     def gather(self, tensor: Any) -> Any:
         """Every process's tensors (nested structures too), concatenated along dim 0 in process order."""
         if self.num_processes == 1:

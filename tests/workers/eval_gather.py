@@ -1,6 +1,7 @@
 """Evaluate over a dataset of sample ids; each rank records gather_for_metrics' result per epoch.
 
     acc launch --backend ddp --nproc N eval_gather.py --out DIR --samples 82 --batch 16 [--shuffle] [--iterable]
+        [--rank-seeded-generator]
 """
 
 import argparse
@@ -28,11 +29,13 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--shuffle", action="store_true")
     p.add_argument("--iterable", action="store_true")
+    p.add_argument("--rank-seeded-generator", action="store_true", help="each rank's own DataLoader generator seed")
     args = p.parse_args()
 
     accelerator = Accelerator()
     dataset = Stream(args.samples) if args.iterable else TensorDataset(torch.arange(args.samples))
-    loader = accelerator.prepare(DataLoader(dataset, batch_size=args.batch, shuffle=args.shuffle))
+    generator = torch.Generator().manual_seed(100 + accelerator.process_index) if args.rank_seeded_generator else None
+    loader = accelerator.prepare(DataLoader(dataset, batch_size=args.batch, shuffle=args.shuffle, generator=generator))
     gathered, mine, objects, steps = [], [], [], 0
     for _ in range(args.epochs):
         epoch_gathered, epoch_mine, epoch_objects = [], [], []

@@ -76,6 +76,17 @@ def test_shuffled_epochs_cover_the_dataset_and_change_order(tmp_path):
     assert results[0]["gathered"] == results[1]["gathered"]
 
 
+def test_generators_seeded_differently_agree_at_each_epoch(tmp_path):
+    """Each rank's DataLoader generator starts from its own seed; rank 0's state reaches every rank at each pass's
+    start (one tensor broadcast), so the ranks deal one permutation between them and cover the dataset."""
+    acc_launch(tmp_path, DDP2, "eval_gather.py", ["--out", str(tmp_path), "--samples", "64", "--batch", "8",
+                                                  "--shuffle", "--epochs", "2", "--rank-seeded-generator"])
+    results = read_rank_results(tmp_path)
+    for epoch in range(2):
+        assert sorted(results[0]["mine"][epoch] + results[1]["mine"][epoch]) == list(range(64))
+    assert results[0]["mine"][0] != results[0]["mine"][1]
+
+
 def test_collectives(tmp_path):
     acc_launch(tmp_path, ["--backend", "ddp", "--nproc", "3"], "collectives.py", ["--out", str(tmp_path)])
     results = read_rank_results(tmp_path)
