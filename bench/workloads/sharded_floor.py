@@ -6,7 +6,7 @@ raw torch.distributed on acc's gloo group:
   allreduce          all_reduce of the whole gradient in 25 MB buckets (DDP's default bucket size)
   allgather          gloo's all_gather_single (FSDP2's native call) of each unit from its 1/W shard, the 8 units
   allgather_p2p      the same all-gather with acc's fsdp p2p all-gather (isend/irecv with every peer)
-  reduce_scatter_all_to_all  per unit, all_to_all_single + a local sum of the W chunks
+  reduce_scatter_all_to_all  per unit, acc_fsdp.tuning.all_to_all_reduce_scatter (all_to_all_single + a local sum)
   reduce_scatter_p2p the same with acc's fsdp p2p reduce-scatter (isend/irecv, then the sum in rank order)
 The p2p collectives are acc_fsdp.tuning's own objects, called as FSDP2 calls them. Each figure is the median over
 `--repeats` (after one warm-up), seconds per step, with barriers around every timed section; the sections are
@@ -55,12 +55,12 @@ def main() -> None:
     shard_opt = torch.optim.AdamW(shards, lr=1e-4)
     flat = torch.randn(LAYERS * shard * world)  # the whole gradient (all-reduce, reduce-scatter in) or parameters
     units = flat.view(LAYERS, shard * world)
-    received = torch.empty(shard * world)
     summed = torch.empty(shard)
     buckets = flat.split(BUCKET_BYTES // flat.element_size())
     rank = accelerator.process_index
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     p2p_gather, p2p_reduce_scatter = tuning.p2p_all_gather(), tuning.p2p_reduce_scatter()
+    a2a_reduce_scatter = tuning.all_to_all_reduce_scatter()  # as FSDP2 calls them: receive buffers per call
 
     def compute(opt: torch.optim.Optimizer) -> Callable[[], None]:
         def step() -> None:
@@ -84,8 +84,7 @@ def main() -> None:
 
     def reduce_scatter_all_to_all() -> None:
         for i in range(LAYERS):
-            dist.all_to_all_single(received, units[i])
-            torch.sum(received.view(world, -1), dim=0, out=summed)
+            a2a_reduce_scatter(summed, units[i], group=dist.group.WORLD, op=dist.ReduceOp.SUM)
 
     def reduce_scatter_p2p() -> None:
         for i in range(LAYERS):
