@@ -46,6 +46,9 @@ _LAZY = {
     "destroy_process_group": ("distributed", "destroy_process_group"),
     "launcher_facts": ("distributed", "launcher_facts"),
     "choose_device": ("distributed", "choose_device"),
+    # all-gather and reduce-scatter as isend/irecv with each peer (faster than gloo's own)
+    "p2p_all_gather_into": ("distributed", "p2p_all_gather_into"),
+    "p2p_reduce_scatter_sum": ("distributed", "p2p_reduce_scatter_sum"),
     # checkpoint files: tensors as safetensors, everything else read with weights_only; verify before reading
     "CheckpointError": ("checkpoint", "CheckpointError"),
     "save_tensors": ("checkpoint", "save_tensors"),
@@ -71,7 +74,8 @@ _LAZY = {
 if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
     from .compiling import compile_units
-    from .distributed import choose_device, destroy_process_group, init_process_group, launcher_facts
+    from .distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
+                              p2p_all_gather_into, p2p_reduce_scatter_sum)
     from .ops import apply
     from .sharded import ShardedReader, model_prefix, save_pieces
     from .sharded_build import MetaBuild, ShardedBuild, dim0_split, flat_split
@@ -120,7 +124,7 @@ __all__ = [
     "dim0_split", "flat_split",
     "apply", "choose_device", "compile_units", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
     "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "model_prefix",
-    "module_available",
+    "module_available", "p2p_all_gather_into", "p2p_reduce_scatter_sum",
     "save_object", "save_pieces", "save_tensors", "saved_world_size", "tpu_devices", "verify",
     "visible_cuda_devices",
 ]

@@ -159,3 +159,77 @@ def broadcast_object(obj: Any, src: int) -> list:
 def barrier() -> bool:
     dist.barrier()
     return True
+
+
+# ------------------------------------------------------------------ point-to-point all-gather and reduce-scatter
+# On gloo (CPU, 2 processes, 12.5 MB per process) the same bytes moved as an isend/irecv with each peer took 10 ms
+# for an all-gather against gloo's own 40 ms, and 13-15 ms for a reduce-scatter (then summed locally in rank order)
+# against gloo's all-reduce-volume 41 ms (bench/sharded_floor.py). fsdp and deepspeed both use these on gloo.
+P2P_ALL_GATHER_TAG, P2P_REDUCE_SCATTER_TAG = 0x0AC1, 0x0AC2  # the two collectives' messages never match each other
+
+
+class P2PWorks(dist.Work):
+    """Several point-to-point works waited as one (what a caller of an asynchronous collective waits on)."""
+
+    def __init__(self, works: list[Any]):
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: Any = None) -> bool:
+        for work in self._works:
+            work.wait()
+        self._works = []
+        return True
+
+    def is_completed(self) -> bool:
+        return all(work.is_completed() for work in self._works)
+
+
+def _exchange(group: Any, tag: int, sends: dict[int, torch.Tensor], receives: dict[int, torch.Tensor]) -> list[Any]:
+    """Post an isend of sends[p] and an irecv into receives[p] for every peer p (group ranks); the works."""
+    works = []
+    for peer in sends:
+        works.append(dist.isend(sends[peer], group=group, group_dst=peer, tag=tag))
+        works.append(dist.irecv(receives[peer], group=group, group_src=peer, tag=tag))
+    return works
+
+
+def p2p_all_gather_into(output: torch.Tensor, input: torch.Tensor, group: Any = None,
+                        async_op: bool = False) -> P2PWorks | None:
+    """all_gather_into_tensor as an isend of this process's `input` to each peer and an irecv of theirs: `output`
+    (contiguous, world x input's size) holds every process's input in rank order. With `async_op` the works to wait
+    on; the input may be this process's chunk of the output already (an in-place all-gather)."""
+    group = group if group is not None else dist.group.WORLD
+    world, rank, n = group.size(), group.rank(), input.numel()
+    chunks = output.view(world, n)
+    flat = input.reshape(-1)
+    if chunks[rank].data_ptr() != flat.data_ptr():
+        chunks[rank].copy_(flat)
+    peers = [p for p in range(world) if p != rank]
+    works = P2PWorks(_exchange(group, P2P_ALL_GATHER_TAG, {p: flat for p in peers}, {p: chunks[p] for p in peers}))
+    if async_op:
+        return works
+    works.wait()
+    return None
+
+
+def p2p_reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor, group: Any = None) -> None:
+    """reduce_scatter_tensor with SUM as point-to-point messages: chunk p of `input` (world equal chunks) goes to
+    peer p, and `output` becomes the sum of every process's chunk of this rank, added in rank order."""
+    group = group if group is not None else dist.group.WORLD
+    world, rank = group.size(), group.rank()
+    chunks = input.view(world, -1)
+    peers = [p for p in range(world) if p != rank]
+    if world == 2:  # one addition, in rank order: no copy of this process's own chunk
+        received = {peers[0]: torch.empty_like(chunks[0])}
+    else:
+        stacked = torch.empty_like(chunks)
+        stacked[rank].copy_(chunks[rank])
+        received = {p: stacked[p] for p in peers}
+    for work in _exchange(group, P2P_REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, received):
+        work.wait()
+    if world == 2:
+        first, second = (chunks[0], received[1]) if rank == 0 else (received[0], chunks[1])
+        torch.add(first, second, out=output.view(-1))
+    else:
+        torch.sum(stacked, dim=0, out=output.view(-1))

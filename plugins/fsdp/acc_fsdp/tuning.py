@@ -19,7 +19,6 @@ from acc import backend as sdk
 
 REDUCE_SCATTER = ("auto", "native", "all_to_all", "p2p")
 ALL_GATHER = ("auto", "native", "p2p")
-_ALL_GATHER_TAG, _REDUCE_SCATTER_TAG = 0x0AC1, 0x0AC2  # p2p messages of the two collectives never match each other
 
 
 def apply(ctx: sdk.RunContext, model: Any, units: list[Any]) -> None:
@@ -119,39 +118,6 @@ def all_to_all_reduce_scatter() -> Any:
     return _summing_reduce_scatter(sum_chunks)
 
 
-def _exchange(group: Any, tag: int, sends: dict[int, Any], receives: dict[int, Any]) -> list[Any]:
-    """Post an isend of sends[p] and an irecv into receives[p] for every peer p (group ranks); the works."""
-    import torch.distributed as dist
-
-    works = []
-    for peer in sends:
-        works.append(dist.isend(sends[peer], group=group, group_dst=peer, tag=tag))
-        works.append(dist.irecv(receives[peer], group=group, group_src=peer, tag=tag))
-    return works
-
-
-def _works_class() -> Any:
-    import torch.distributed as dist
-
-    class Works(dist.Work):
-        """Several point-to-point works waited as one (what FSDP2 waits on for an asynchronous all-gather)."""
-
-        def __init__(self, works: list[Any]):
-            super().__init__()
-            self._works = works
-
-        def wait(self, timeout: Any = None) -> bool:
-            for work in self._works:
-                work.wait()
-            self._works = []
-            return True
-
-        def is_completed(self) -> bool:
-            return all(work.is_completed() for work in self._works)
-
-    return Works
-
-
 def p2p_all_gather() -> Any:
     """An AllGather (FSDP2's custom-comm interface) that sends this process's shard to each peer with isend and
     receives theirs with irecv, or None when FSDP2 lacks custom all-gathers."""
@@ -161,7 +127,6 @@ def p2p_all_gather() -> Any:
         from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
     except ImportError:  # pragma: no cover - an FSDP2 without custom collectives keeps its own
         return None
-    works_class = _works_class()
 
     class P2PAllGather(AllGather):
         def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -169,17 +134,7 @@ def p2p_all_gather() -> Any:
 
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
                      async_op: bool = False) -> Any:
-            world, rank, n = group.size(), group.rank(), input_tensor.numel()
-            chunks = output_tensor.view(world, n)
-            if chunks[rank].data_ptr() != input_tensor.data_ptr():  # FSDP2 copies its input in place already
-                chunks[rank].copy_(input_tensor.view(-1))
-            peers = [p for p in range(world) if p != rank]
-            works = works_class(_exchange(group, _ALL_GATHER_TAG, {p: input_tensor.view(-1) for p in peers},
-                                          {p: chunks[p] for p in peers}))
-            if async_op:
-                return works
-            works.wait()
-            return None
+            return sdk.p2p_all_gather_into(output_tensor, input_tensor, group, async_op)
 
     return P2PAllGather()
 
@@ -187,24 +142,4 @@ def p2p_all_gather() -> Any:
 def p2p_reduce_scatter() -> Any:
     """A ReduceScatter that sends chunk p of the gradients to each peer p with isend, receives the peers' chunks
     of its own part with irecv and sums the W chunks in rank order (the sum all_to_all_reduce_scatter computes)."""
-    import torch
-
-    def sum_chunks(output_tensor: Any, input_tensor: Any, group: Any) -> None:
-        world, rank = group.size(), group.rank()
-        chunks = input_tensor.view(world, -1)
-        peers = [p for p in range(world) if p != rank]
-        if world == 2:  # one addition, in rank order: no copy of this process's own chunk
-            received = {peers[0]: torch.empty_like(chunks[0])}
-        else:
-            stacked = torch.empty_like(chunks)
-            stacked[rank].copy_(chunks[rank])
-            received = {p: stacked[p] for p in peers}
-        for work in _exchange(group, _REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, received):
-            work.wait()
-        if world == 2:
-            first, second = (chunks[0], received[1]) if rank == 0 else (received[0], chunks[1])
-            torch.add(first, second, out=output_tensor.view(-1))
-        else:
-            torch.sum(stacked, dim=0, out=output_tensor.view(-1))
-
-    return _summing_reduce_scatter(sum_chunks)
+    return _summing_reduce_scatter(sdk.p2p_reduce_scatter_sum)
