@@ -213,9 +213,11 @@ def p2p_all_gather_into(output: torch.Tensor, input: torch.Tensor, group: Any = 
     return None
 
 
-def p2p_reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor, group: Any = None) -> None:
+def p2p_reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor, group: Any = None,
+                           async_op: bool = False) -> P2PWorks | None:
     """reduce_scatter_tensor with SUM as point-to-point messages: chunk p of `input` (world equal chunks) goes to
-    peer p, and `output` becomes the sum of every process's chunk of this rank, added in rank order."""
+    peer p, and `output` becomes the sum of every process's chunk of this rank, added in rank order. Synchronous:
+    with `async_op` the works returned are complete already."""
     group = group if group is not None else dist.group.WORLD
     world, rank = group.size(), group.rank()
     chunks = input.view(world, -1)
@@ -233,3 +235,4 @@ def p2p_reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor, group: Any
         torch.add(first, second, out=output.view(-1))
     else:
         torch.sum(stacked, dim=0, out=output.view(-1))
+    return P2PWorks([]) if async_op else None

@@ -14,6 +14,7 @@ from typing import Any
 from acc import backend as sdk
 
 from . import config as ds_config
+from . import collectives as zero_collectives
 from . import master
 
 ACC_HOOKSPEC_VERSION = 2
@@ -42,6 +43,11 @@ def acc_add_settings(registry: Any) -> None:
         "prefetch bucket 0.9 h^2, persistence threshold 10 h; and ZeRO-3 optimizer sub-groups of h^2/4, at most "
         "2 h^2 parameters gathered, reuse distance h^2; less memory and faster steps on smaller models)",
         ("--zero-buckets",), choices=ds_config.ZERO_BUCKETS))
+    registry.add(sdk.Setting(
+        "zero_collectives", str, "auto",
+        "how ZeRO all-gathers parameters and reduce-scatters gradients: native (DeepSpeed's calls to the process "
+        "group's own), p2p (isend/irecv with each peer, as fsdp's: about 4x and 2.5x faster than gloo's own); "
+        "auto: p2p on gloo, native otherwise", ("--zero-collectives",), choices=zero_collectives.ZERO_COLLECTIVES))
 
 
 @sdk.hookimpl
@@ -116,6 +122,10 @@ def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
 
     clear_stale_locks(say=info.local_process_index == 0)  # init_distributed builds an op under a lock file
     deepspeed.init_distributed(dist_backend=info.process_group_backend, auto_mpi_discovery=False)
+    if zero_collectives.choice(ctx.settings["zero_collectives"], info.process_group_backend) == "p2p":
+        from deepspeed.comm import comm
+
+        zero_collectives.use_p2p(comm.cdb)
     ctx.backend_state["user_config"] = ds_config.read_user_config(ctx.settings["deepspeed_config"])
     ctx.backend_config.clear()
     ctx.backend_config.update(copy.deepcopy(ctx.backend_state["user_config"]))  # scripts read it before prepare

@@ -146,7 +146,8 @@ def test_the_script_as_written_through_accelerator_prepare(runs):
 
 def settings(**values) -> ResolvedSettings:
     base = {"gradient_accumulation_steps": 1, "mixed_precision": "no", "zero_stage": None, "offload_optimizer": "none",
-            "offload_params": "none", "gradient_clipping": None, "deepspeed_config": None, "zero_buckets": "deepspeed"}
+            "offload_params": "none", "gradient_clipping": None, "deepspeed_config": None, "zero_buckets": "deepspeed",
+            "zero_collectives": "auto"}
     base.update(values)
     return ResolvedSettings(base, {})
 
