@@ -9,7 +9,8 @@ from acc.plugins import installed_backends
 # --worker-memory release (freed tensors leave RSS at once, so the peak measures live memory) unless the label says
 # "keep" (glibc's default, acc's default: freed memory kept for reuse). "fsdp" runs the defaults (on gloo: p2p
 # all-gather and reduce-scatter, one unit prefetched, the last unit kept gathered); "tuning off" is FSDP2's own
-# collectives without prefetching.
+# collectives without prefetching. deepspeed runs acc's p2p collectives on gloo (--zero-collectives auto) unless the
+# label says "native collectives".
 FSDP = ["--backend", "fsdp", "--fsdp-wrap", "min_params=1000000"]
 TUNING_OFF = ["--fsdp-reduce-scatter", "native", "--fsdp-all-gather", "native", "--fsdp-prefetch", "0",
               "--no-fsdp-keep-last-unsharded"]
@@ -24,6 +25,8 @@ CONTENDERS = {
     "deepspeed ZeRO-3": (ZERO3, []),
     "deepspeed ZeRO-3, model buckets": ([*ZERO3, *MODEL_BUCKETS], []),
     "deepspeed ZeRO-3, model buckets, init_module": ([*ZERO3, *MODEL_BUCKETS], ["--init-module"]),
+    "deepspeed ZeRO-3, model buckets, native collectives": ([*ZERO3, *MODEL_BUCKETS, "--zero-collectives", "native"],
+                                                            []),
     "fsdp, worker memory keep": ([*FSDP, *KEEP], []),
     "deepspeed ZeRO-3, model buckets, worker memory keep": ([*ZERO3, *MODEL_BUCKETS, *KEEP], []),
 }
