@@ -4,6 +4,8 @@ compare what every rank recorded.
 The reference side runs in the venv `scripts/accelerate-venv.sh` builds (Accelerate on the main lane's torch;
 `cpu=True` in the scripts, 2 processes under torchrun, as Accelerate is run on CPUs). The acc side is the same
 file after `acc migrate --write`, started with `acc launch`. Each rank of a script writes OUT/rank<N>.json.
+The two runs of a comparison are independent processes (each its own out dir, each launcher its own free port),
+so `together` runs them at once and then compares.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import math
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import ACC, ROOT, clean_env
@@ -64,37 +69,82 @@ def _migrate(scripts: list[str], workdir: Path) -> subprocess.CompletedProcess:
 # Accelerate 1.15 on torch 2.13's gloo: now and then (1 in ~40 2-process runs here, after the barrier in the
 # scripts) a rank aborts in C++ teardown after its record is written; the records are complete, the exit is not ours
 _TEARDOWN_ABORT = "terminate called without an active exception"
+TIMEOUT = 300
 
 
-def _run(cmd: list[str], out: Path, tmp: Path, what: str, nproc: int = 0) -> None:
-    env = clean_env(tmp, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
-    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
-    complete = nproc > 0 and all((out / f"rank{rank}.json").exists() for rank in range(nproc))
-    if proc.returncode != 0 and complete and _TEARDOWN_ABORT in proc.stderr:
-        print(f"{what}: every rank wrote its record, then a rank aborted at exit ({_TEARDOWN_ABORT!r}); "
-              "comparing the records", file=sys.stderr)
-        return
-    if proc.returncode != 0:
-        raise AssertionError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
-                             f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+class Run:
+    """One started run of a script (its own process, out dir and free rendezvous port, so runs can overlap);
+    `records()` waits for it and returns what every rank wrote, or fails saying how the run failed."""
+
+    def __init__(self, cmd: list[str], out: Path, tmp: Path, what: str, nproc: int, reference: bool) -> None:
+        # reference: Accelerate's run, whose abort at exit (_TEARDOWN_ABORT) is let pass once every record is written
+        self.cmd, self.out, self.what, self.nproc, self.reference = cmd, out, what, nproc, reference
+        env = clean_env(tmp, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
+        # files, not pipes: a run that is not being read while another is waited for never blocks on its output
+        self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.deadline = time.monotonic() + TIMEOUT
+        self.proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=self.stdout, stderr=self.stderr, text=True)
+
+    def records(self) -> dict[int, dict]:
+        try:
+            self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise subprocess.TimeoutExpired(self.cmd, TIMEOUT, *self._output()) from None
+        stdout, stderr = self._output()
+        out, nproc, code = self.out, self.nproc, self.proc.returncode
+        complete = self.reference and all((out / f"rank{rank}.json").exists() for rank in range(nproc))
+        if code != 0 and complete and _TEARDOWN_ABORT in stderr:
+            print(f"{self.what}: every rank wrote its record, then a rank aborted at exit ({_TEARDOWN_ABORT!r}); "
+                  "comparing the records", file=sys.stderr)
+        elif code != 0:
+            raise AssertionError(f"{self.what} failed (exit {code}): {' '.join(self.cmd)}\n"
+                                 f"{stdout[-2000:]}\n{stderr[-4000:]}")
+        return read(out, nproc)
+
+    def _output(self) -> tuple[str, str]:
+        texts = []
+        for f in (self.stdout, self.stderr):
+            f.seek(0)
+            texts.append(f.read())
+            f.close()
+        return texts[0], texts[1]
+
+    def stop(self) -> None:
+        """Kill the run if it is still going (as subprocess.run does on a timeout or an interrupt)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def run_accelerate(python: Path, script: str, args: list[str], nproc: int, out: Path, tmp: Path) -> dict[int, dict]:
+def together(*starts: Callable[[], Run]) -> list[dict[int, dict]]:
+    """Start every run (in order; each start returns a Run), then wait for them all: their records, in order.
+    The runs are independent (each has its own out dir), so they run at once; the first failure in that order
+    is raised, and a run still going then is stopped."""
+    runs: list[Run] = []
+    try:
+        for start in starts:
+            runs.append(start())
+        return [run.records() for run in runs]
+    finally:
+        for run in runs:
+            run.stop()
+
+
+def start_accelerate(python: Path, script: str, args: list[str], nproc: int, out: Path, tmp: Path) -> Run:
     """The script under Accelerate: plain python on 1 process, torchrun --standalone on several."""
     launch = [str(python)] if nproc == 1 else [str(python), "-m", "torch.distributed.run", "--standalone",
                                                f"--nproc_per_node={nproc}"]
-    _run([*launch, str(SCRIPTS / script), "--out", str(out), *args], out, tmp, "Accelerate's run", nproc)
-    return read(out, nproc)
+    return Run([*launch, str(SCRIPTS / script), "--out", str(out), *args], out, tmp, "Accelerate's run", nproc, True)
 
 
-def run_acc(script_path: Path, args: list[str], nproc: int, out: Path, tmp: Path, backend: str = "ddp",
-            flags: tuple[str, ...] = ()) -> dict[int, dict]:
+def start_acc(script_path: Path, args: list[str], nproc: int, out: Path, tmp: Path, backend: str = "ddp",
+              flags: tuple[str, ...] = ()) -> Run:
     """The migrated script under `acc launch` (the cpu backend on 1 process unless `backend` says otherwise)."""
     launch = [ACC, "launch", "--output-dir", ""]
     if nproc > 1 or backend != "ddp":
         launch += ["--backend", backend, "--nproc", str(nproc)]
-    _run([*launch, *flags, str(script_path), "--out", str(out), *args], out, tmp, "acc's run")
-    return read(out, nproc)
+    return Run([*launch, *flags, str(script_path), "--out", str(out), *args], out, tmp, "acc's run", nproc, False)
 
 
 def read(out: Path, nproc: int) -> dict[int, dict]:

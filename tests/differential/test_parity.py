@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.differential.harness import compare, migrated, run_acc, run_accelerate
+from tests.differential.harness import compare, migrated, start_acc, start_accelerate, together
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +38,10 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_trains_identically(case, accelerate_python, migrated_dir, tmp_path):
     nproc, args = CASES[case]
-    reference = run_accelerate(accelerate_python, "train.py", args, nproc, tmp_path / "accelerate", tmp_path)
-    got = run_acc(migrated("train.py", migrated_dir), args, nproc, tmp_path / "acc", tmp_path)
+    script = migrated("train.py", migrated_dir)
+    reference, got = together(
+        lambda: start_accelerate(accelerate_python, "train.py", args, nproc, tmp_path / "accelerate", tmp_path),
+        lambda: start_acc(script, args, nproc, tmp_path / "acc", tmp_path))
     assert not compare(reference, got), "\n".join(compare(reference, got))
     assert reference[0]["steps"], "the script trained no step: the comparison would prove nothing"
 
@@ -49,12 +51,16 @@ def test_resume_mid_epoch_trains_identically(nproc, accelerate_python, migrated_
     """save_state after 5 batches of epoch 0, then a new run: load_state, skip_first_batches(5), train on."""
     args = ["--accum", "2", "--clip", "1.0"]
     script = migrated("train.py", migrated_dir)
-    ref_saved = run_accelerate(accelerate_python, "train.py", [*args, "--save-at", "5"], nproc, tmp_path / "r1", tmp_path)
-    acc_saved = run_acc(script, [*args, "--save-at", "5"], nproc, tmp_path / "a1", tmp_path)
+    ref_saved, acc_saved = together(
+        lambda: start_accelerate(accelerate_python, "train.py", [*args, "--save-at", "5"], nproc, tmp_path / "r1",
+                                 tmp_path),
+        lambda: start_acc(script, [*args, "--save-at", "5"], nproc, tmp_path / "a1", tmp_path))
     assert not compare(ref_saved, acc_saved), "\n".join(compare(ref_saved, acc_saved))
-    reference = run_accelerate(accelerate_python, "train.py", [*args, "--resume", str(tmp_path / "r1" / "ckpt")],
-                               nproc, tmp_path / "r2", tmp_path)
-    got = run_acc(script, [*args, "--resume", str(tmp_path / "a1" / "ckpt")], nproc, tmp_path / "a2", tmp_path)
+    reference, got = together(
+        lambda: start_accelerate(accelerate_python, "train.py", [*args, "--resume", str(tmp_path / "r1" / "ckpt")],
+                                 nproc, tmp_path / "r2", tmp_path),
+        lambda: start_acc(script, [*args, "--resume", str(tmp_path / "a1" / "ckpt")], nproc, tmp_path / "a2",
+                          tmp_path))
     assert not compare(reference, got), "\n".join(compare(reference, got))
     first = got[0]["steps"][0]
     assert (first["epoch"], first["step"]) == (0, 5), "the resumed run starts with batch 5 of epoch 0"
@@ -65,8 +71,10 @@ def test_collectives_return_what_accelerate_returns(nproc, accelerate_python, mi
     """gather (a parameter and a loss, which require grad; 0-d; nested), gather_object, reduce with every
     reduction and scale=, pad_across_processes, broadcast (in place), broadcast_object_list,
     split_between_processes, the free functions of accelerate.utils: the same values, shapes and dtypes."""
-    reference = run_accelerate(accelerate_python, "collectives.py", [], nproc, tmp_path / "accelerate", tmp_path)
-    got = run_acc(migrated("collectives.py", migrated_dir), [], nproc, tmp_path / "acc", tmp_path)
+    script = migrated("collectives.py", migrated_dir)
+    reference, got = together(
+        lambda: start_accelerate(accelerate_python, "collectives.py", [], nproc, tmp_path / "accelerate", tmp_path),
+        lambda: start_acc(script, [], nproc, tmp_path / "acc", tmp_path))
     # the one deliberate difference (README): gather_object of an object that is not a list. Accelerate 1.15
     # iterates it (a dict gives its keys, a string its characters); acc keeps each process's object whole
     if nproc == 2:
@@ -84,8 +92,10 @@ def test_collectives_return_what_accelerate_returns(nproc, accelerate_python, mi
 @pytest.mark.parametrize("case", ["fp32", "bf16-accum"])
 def test_two_models_two_optimizers_train_identically(case, accelerate_python, migrated_dir, tmp_path):
     args = [] if case == "fp32" else ["--mixed-precision", "bf16", "--accum", "2"]
-    reference = run_accelerate(accelerate_python, "two_models.py", args, 2, tmp_path / "accelerate", tmp_path)
-    got = run_acc(migrated("two_models.py", migrated_dir), args, 2, tmp_path / "acc", tmp_path)
+    script = migrated("two_models.py", migrated_dir)
+    reference, got = together(
+        lambda: start_accelerate(accelerate_python, "two_models.py", args, 2, tmp_path / "accelerate", tmp_path),
+        lambda: start_acc(script, args, 2, tmp_path / "acc", tmp_path))
     assert not compare(reference, got), "\n".join(compare(reference, got))
 
 
@@ -103,8 +113,10 @@ def test_sharded_backends_train_as_ddp_does(backend, migrated_dir, tmp_path):
     another order)."""
     args = ["--accum", "2", "--clip", "1.0", "--dropout", "0.0"]
     script = migrated("train.py", migrated_dir)
-    ddp = run_acc(script, args, 2, tmp_path / "ddp", tmp_path)
-    sharded = run_acc(script, args, 2, tmp_path / backend, tmp_path, backend=backend, flags=tuple(SHARDED[backend]))
+    ddp, sharded = together(
+        lambda: start_acc(script, args, 2, tmp_path / "ddp", tmp_path),
+        lambda: start_acc(script, args, 2, tmp_path / backend, tmp_path, backend=backend,
+                          flags=tuple(SHARDED[backend])))
     if backend == "deepspeed":
         # the engine computes the norm inside its step, so clip_grad_norm_ returns the previous step's norm, as
         # with Accelerate's DeepSpeed (get_global_grad_norm): compare it one synchronising step later
@@ -126,8 +138,10 @@ def test_sharded_backends_train_as_ddp_does(backend, migrated_dir, tmp_path):
 def test_inference_with_partial_state_alone(nproc, accelerate_python, migrated_dir, tmp_path):
     """PartialState() without an Accelerator sets the run up (the process group on 2 processes), and its
     split_between_processes, gather_object, main_process_first, on_main_process and repr are Accelerate's."""
-    reference = run_accelerate(accelerate_python, "inference.py", [], nproc, tmp_path / "accelerate", tmp_path)
-    got = run_acc(migrated("inference.py", migrated_dir), [], nproc, tmp_path / "acc", tmp_path)
+    script = migrated("inference.py", migrated_dir)
+    reference, got = together(
+        lambda: start_accelerate(accelerate_python, "inference.py", [], nproc, tmp_path / "accelerate", tmp_path),
+        lambda: start_acc(script, [], nproc, tmp_path / "acc", tmp_path))
     for record in reference.values():  # a difference of spelling only (README): Accelerate says cpu:0 there
         if nproc == 2:
             assert record["device"] == "cpu:0"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.differential.harness import compare, migrated, run_acc, run_accelerate
+from tests.differential.harness import compare, migrated, start_acc, start_accelerate, together
 
 pytestmark = pytest.mark.slow
 
@@ -15,8 +15,10 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("mode", ["object", "none", "all"])
 def test_a_custom_tracker_gets_the_same_calls(mode, nproc, accelerate_python, migrated_dir, tmp_path):
     args = ["--mode", mode]
-    reference = run_accelerate(accelerate_python, "tracking.py", args, nproc, tmp_path / "accelerate", tmp_path)
-    got = run_acc(migrated("tracking.py", migrated_dir), args, nproc, tmp_path / "acc", tmp_path)
+    script = migrated("tracking.py", migrated_dir)
+    reference, got = together(
+        lambda: start_accelerate(accelerate_python, "tracking.py", args, nproc, tmp_path / "accelerate", tmp_path),
+        lambda: start_acc(script, args, nproc, tmp_path / "acc", tmp_path))
     assert not compare(reference, got), "\n".join(compare(reference, got))
     if mode != "none":
         calls = reference[0]["calls"]
