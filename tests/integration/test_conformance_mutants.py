@@ -59,10 +59,11 @@ def test_a_correct_backend_passes_the_whole_kit(kit, backend, flags, warning):
 
 
 MUTANTS = [
-    # (mutant, the kit's test that must catch it, fragments its failure message must hold)
-    ("mut_local_reduce", "test_collectives_agree_with_the_reference",
+    # (mutant, the kit's test that must catch it, fragments its failure message must hold); where the kit's test
+    # runs on 1 and 2 processes, the process count whose failure the fragments quote: the kit runs that one only
+    ("mut_local_reduce", "test_collectives_agree_with_the_reference[2]",
      ["rank 1: reduce_sum returned [2.0], expected [3.0]"]),
-    ("mut_unsharded_data", "test_every_sample_is_gathered_exactly_once",
+    ("mut_unsharded_data", "test_every_sample_is_gathered_exactly_once[2]",
      ["rank 1: gather_for_metrics over a 50-sample evaluation returned 100 samples (50 distinct), expected 0..49"]),
     ("mut_no_gradient_sync", "test_replicas_agree_at_every_synchronisation_point",
      ["rank 1: after optimizer step 1, parameter #", "where rank 0 has",
@@ -76,15 +77,22 @@ MUTANTS = [
       "every rank must get its own state back"]),
     ("mut_drops_optimizer_state", "test_checkpoints_give_every_rank_its_own_state_back",
      ["after load_state (step 3) the Adam state sums are", "optimizer state must come back exactly"]),
-    ("mut_missing_collective", "test_hooks_answer_with_the_right_types",
+    ("mut_missing_collective", "test_hooks_answer_with_the_right_types[1]",
      ["answered acc_communicator with FiveCollectives, which lacks broadcast_object"]),
 ]
 
 
-@pytest.mark.parametrize("mutant,test,fragments", MUTANTS, ids=[f"{m}-{t[5:]}" for m, t, _ in MUTANTS])
-def test_each_mutant_fails_the_kit_with_a_message_naming_what_broke(kit, mutant, test, fragments):
+def mutant_run(mutant: str, test: str) -> tuple[str, ...]:
+    """The kit run that must catch `mutant`: the kit's test `test` alone (`name[N]`: its run on N processes)."""
     flags = ("--acc-flags=--mut-never-average-sync-every 2",) if mutant == "mut_never_average" else ()
-    proc = kit(mutant, *flags, "-k", test)
+    name, _, nproc = test.partition("[")
+    return (mutant, *flags, "-k", f"{name} and {nproc[:-1]}" if nproc else name)
+
+
+@pytest.mark.parametrize("mutant,test,fragments", MUTANTS,
+                         ids=[f"{m}-{t[5:].partition('[')[0]}" for m, t, _ in MUTANTS])
+def test_each_mutant_fails_the_kit_with_a_message_naming_what_broke(kit, mutant, test, fragments):
+    proc = kit(*mutant_run(mutant, test))
     summary = _summary(proc)
     assert proc.returncode == 1 and "failed" in summary, proc.stdout[-4000:]
     assert "FAILED /" in proc.stdout and f"suite.py::{test}" in proc.stdout, proc.stdout[-4000:]
