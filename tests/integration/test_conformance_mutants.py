@@ -5,7 +5,12 @@ message that names the rank, the value and what was expected."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -15,9 +20,16 @@ pytestmark = pytest.mark.slow
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
+# the kit runs this module's tests ask for, started ahead of the tests (in their order) this many at a time: one
+# run keeps about one core busy (its jobs start one after another), independent runs share nothing but the venv
+AHEAD = 2
+
+
 @pytest.fixture(scope="module")
-def kit(tmp_path_factory):
-    """`kit(backend, *pytest_args)`: the conformance kit run on `backend` in a venv with the fixtures installed."""
+def kit(tmp_path_factory, request):
+    """`kit(backend, *pytest_args)`: the conformance kit run on `backend` in a venv with the fixtures installed.
+    The runs the collected tests of this module ask for (`_runs_of`) start ahead, AHEAD at a time, each test
+    taking its own run's result; a run no test announced runs when asked for."""
     tmp = tmp_path_factory.mktemp("kit")
     python = overlay_venv(tmp)
     for name in ("acc_localsgd", "acc_mutants", "acc_legacy"):
@@ -25,26 +37,64 @@ def kit(tmp_path_factory):
     work = tmp / "author"
     work.mkdir()
     (work / "conftest.py").write_text("")
+    live: set[subprocess.Popen] = set()
+    closing = threading.Event()
+
+    def execute(args: tuple[str, ...]) -> subprocess.CompletedProcess:
+        if closing.is_set():
+            raise RuntimeError("the module's tests ended before this run started")
+        backend, rest = args[0], args[1:]
+        if rest[:1] == ("check",):  # `acc check` in the same venv
+            cmd, timeout = [str(python), "-m", "acc", "check", "--backend", backend, *rest[1:]], 300
+        else:
+            cmd, timeout = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "acc.testing",
+                            "--acc-backend", backend, "-rfEs", *rest], 900
+        # its own process group: what is still running when the module ends early is stopped, launches included
+        with subprocess.Popen(cmd, cwd=work, env=clean_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, process_group=0) as proc:
+            live.add(proc)
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+            finally:
+                live.discard(proc)
+        return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+    module = request.module.__name__
+    pool = ThreadPoolExecutor(max_workers=AHEAD)
+    ahead: dict[tuple[str, ...], list[Future]] = {}
+    for item in request.session.items:
+        if getattr(getattr(item, "module", None), "__name__", None) == module:
+            for args in _runs_of(item):
+                ahead.setdefault(args, []).append(pool.submit(execute, args))
 
     def run(backend: str, *args: str) -> subprocess.CompletedProcess:
-        if args[:1] == ("check",):  # `acc check` in the same venv
-            return subprocess.run([str(python), "-m", "acc", "check", "--backend", backend, *args[1:]], cwd=work,
-                                  env=clean_env(tmp), capture_output=True, text=True, timeout=300)
-        return subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "acc.testing",
-                               "--acc-backend", backend, "-rfEs", *args], cwd=work, env=clean_env(tmp),
-                              capture_output=True, text=True, timeout=900)
-    return run
+        started = ahead.get((backend, *args))
+        return started.pop(0).result() if started else execute((backend, *args))
+
+    yield run
+    closing.set()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in list(live):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    pool.shutdown(wait=True)
 
 
 def _summary(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("backend,flags,warning", [
+CORRECT = [
     ("mut_reference", (), None),
     ("localsgd", ("--acc-flags=--localsgd-sync-every 2",), None),
     ("legacy", (), "plugin 'legacy' targets hook-spec version 1, deprecated"),
-])
+]
+
+
+@pytest.mark.parametrize("backend,flags,warning", CORRECT)
 def test_a_correct_backend_passes_the_whole_kit(kit, backend, flags, warning):
     proc = kit(backend, *flags)
     summary = _summary(proc)
@@ -101,16 +151,33 @@ def test_each_mutant_fails_the_kit_with_a_message_naming_what_broke(kit, mutant,
     assert "assert " not in proc.stdout.split("= FAILURES =")[-1], "a bare assert instead of a message"
 
 
+CHECK_GOOD = ("localsgd", "check", "--nproc", "2", "--localsgd-sync-every", "2")
+CHECK_BAD = ("mut_never_average", "check", "--nproc", "2")
+
+
 def test_acc_check_holds_a_periodic_backend_to_its_own_promise(kit):
     """local SGD passes `acc check` (replicas agree at each synchronisation, gradients local between them); the copy
     that never averages fails exactly that check."""
-    good = kit("localsgd", "check", "--nproc", "2", "--localsgd-sync-every", "2")
+    good = kit(*CHECK_GOOD)
     assert good.returncode == 0, good.stdout + good.stderr
     assert "PASS  replicas agree at every synchronisation (every 2 steps)" in good.stdout
     assert "PASS  each process keeps its own gradients between synchronisations" in good.stdout
     assert good.stdout.count("PASS") == 8 and "FAIL" not in good.stdout
-    bad = kit("mut_never_average", "check", "--nproc", "2")
+    bad = kit(*CHECK_BAD)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     failed = [line.strip() for line in bad.stdout.splitlines() if line.strip().startswith("FAIL")]
     assert len(failed) == 1 and failed[0].startswith("FAIL  replicas agree at every synchronisation (every 4 steps)")
     assert "step 4: max difference" in failed[0] and "(expected <= 1e-06 at steps 4)" in failed[0]
+
+
+def _runs_of(item: pytest.Item) -> list[tuple[str, ...]]:
+    """The kit runs a test of this module asks for, in the order it asks (the `kit` fixture starts them ahead)."""
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    name = getattr(item, "originalname", item.name)
+    if name == test_a_correct_backend_passes_the_whole_kit.__name__:
+        return [(params["backend"], *params["flags"])]
+    if name == test_each_mutant_fails_the_kit_with_a_message_naming_what_broke.__name__:
+        return [mutant_run(params["mutant"], params["test"])]
+    if name == test_acc_check_holds_a_periodic_backend_to_its_own_promise.__name__:
+        return [CHECK_GOOD, CHECK_BAD]
+    return []
