@@ -10,9 +10,12 @@ so `together` runs them at once and then compares.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,7 +86,9 @@ class Run:
         # files, not pipes: a run that is not being read while another is waited for never blocks on its output
         self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         self.deadline = time.monotonic() + TIMEOUT
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=self.stdout, stderr=self.stderr, text=True)
+        # its own session: stopping it stops the launcher's workers too, not the launcher alone
+        self.proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=self.stdout, stderr=self.stderr, text=True,
+                                     start_new_session=True)
 
     def records(self) -> dict[int, dict]:
         try:
@@ -113,7 +118,8 @@ class Run:
     def stop(self) -> None:
         """Kill the run if it is still going (as subprocess.run does on a timeout or an interrupt)."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
 
