@@ -97,6 +97,15 @@ def saved_world_size(manifest: dict[str, Any]) -> int | None:
     return int(value) if value is not None else None
 
 
+def collectives_choice(setting: str, process_group_backend: str | None, *, p2p_fits: bool = True) -> str:
+    """What a backend's collectives setting (`auto`, `native`, `p2p` or its own names) picks: `auto` is p2p on gloo,
+    where `p2p_all_gather_into`/`p2p_reduce_scatter_sum` beat gloo's own, if the backend's layout suits them
+    (`p2p_fits`; fsdp's hybrid_shard does not), and native otherwise; any other value is itself."""
+    if setting != "auto":
+        return setting
+    return "p2p" if process_group_backend == "gloo" and p2p_fits else "native"
+
+
 def device_problems(settings: ResolvedSettings, backend: str) -> list[str]:
     """The kernel's shared checks of a one-process-per-device backend's settings: more processes than visible
     CUDA devices, nccl without CUDA. A backend returns these from its `acc_validate` (with its own)."""
@@ -122,7 +131,7 @@ __all__ = [
     "LaunchPlan", "LocalCommunicator", "LoopState", "ProcessInfo", "Rendezvous", "ResolvedSettings", "RunContext",
     "MetaBuild", "Setting", "ShardedBuild", "ShardedReader", "TorchDistributed", "ValidationError",
     "dim0_split", "flat_split",
-    "apply", "choose_device", "compile_units", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
+    "apply", "choose_device", "collectives_choice", "compile_units", "destroy_process_group", "device_problems", "elastic_plan", "hookimpl",
     "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "model_prefix",
     "module_available", "p2p_all_gather_into", "p2p_reduce_scatter_sum",
     "save_object", "save_pieces", "save_tensors", "saved_world_size", "tpu_devices", "verify",

@@ -75,3 +75,14 @@ def test_importing_the_sdk_does_not_import_torch():
     code = "import sys, acc.backend as sdk; sdk.Capabilities; sdk.hookimpl; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("setting,pg,fits,picked", [
+    ("auto", "gloo", True, "p2p"), ("auto", "gloo", False, "native"), ("auto", "nccl", True, "native"),
+    ("auto", None, True, "native"), ("native", "gloo", True, "native"), ("p2p", "nccl", True, "p2p"),
+    ("all_to_all", "gloo", True, "all_to_all"),
+])
+def test_collectives_choice_is_p2p_only_for_auto_on_gloo_where_it_fits(setting, pg, fits, picked):
+    from acc import backend as sdk
+
+    assert sdk.collectives_choice(setting, pg, p2p_fits=fits) == picked

@@ -17,13 +17,6 @@ from acc import backend as sdk
 ZERO_COLLECTIVES = ("auto", "native", "p2p")
 
 
-def choice(setting: str, process_group_backend: str | None) -> str:
-    """The collectives `zero_collectives` names; auto: p2p on gloo, native otherwise."""
-    if setting == "auto":
-        return "p2p" if process_group_backend == "gloo" else "native"
-    return setting
-
-
 def use_p2p(comm_backend: Any) -> None:
     """Route `comm_backend`'s (DeepSpeed's `deepspeed.comm.comm.cdb`) all_gather_into_tensor and SUM/AVG
     reduce_scatter_tensor through acc's point-to-point collectives; done once per backend object."""

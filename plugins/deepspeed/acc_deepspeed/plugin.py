@@ -40,7 +40,7 @@ def acc_add_settings(registry: Any) -> None:
         "zero_buckets", str, "deepspeed",
         "ZeRO bucket sizes the DeepSpeed config leaves out: deepspeed (its defaults, sized for billion-parameter "
         "models), model (from the model's hidden size h: as Accelerate fills \"auto\", reduce bucket h^2, ZeRO-3 "
-        "prefetch bucket 0.9 h^2, persistence threshold 10 h; and ZeRO-3 optimizer sub-groups of h^2/4, at most "
+        "prefetch bucket 0.9 h^2 (0 on the CPU, where prefetching gained nothing), persistence threshold 10 h; and ZeRO-3 optimizer sub-groups of h^2/4, at most "
         "2 h^2 parameters gathered, reuse distance h^2; less memory and faster steps on smaller models)",
         ("--zero-buckets",), choices=ds_config.ZERO_BUCKETS))
     registry.add(sdk.Setting(
@@ -122,7 +122,7 @@ def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
 
     clear_stale_locks(say=info.local_process_index == 0)  # init_distributed builds an op under a lock file
     deepspeed.init_distributed(dist_backend=info.process_group_backend, auto_mpi_discovery=False)
-    if zero_collectives.choice(ctx.settings["zero_collectives"], info.process_group_backend) == "p2p":
+    if sdk.collectives_choice(ctx.settings["zero_collectives"], info.process_group_backend) == "p2p":
         from deepspeed.comm import comm
 
         zero_collectives.use_p2p(comm.cdb)
@@ -181,7 +181,8 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
     hidden = ds_config.hidden_size(getattr(model_config, "hidden_size", None) or
                                    getattr(model_config, "hidden_sizes", None),
                                    [tuple(getattr(p, "ds_shape", p.shape)) for p in trained[0].parameters()])
-    problems += ds_config.fill_buckets(config, hidden, ctx.settings["zero_buckets"], where)
+    problems += ds_config.fill_buckets(config, hidden, ctx.settings["zero_buckets"], where,
+                                       cpu=getattr(ctx.device, "type", None) == "cpu")
     optimizer, scheduler = optimizers[0], sdk.scheduler_for(optimizers[0])
     split = bool(ctx.dataloaders) and ctx.dataloaders[0].settings.split_batches
     problems += ds_config.fill_optimizer_and_scheduler(config, optimizer, scheduler, ctx.num_processes, split, where)

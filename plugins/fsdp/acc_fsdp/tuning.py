@@ -61,12 +61,9 @@ def _reshard_without_backward(module: Any, args: Any, output: Any) -> None:
 
 
 def _choice(ctx: sdk.RunContext, setting: str) -> str:
-    """The collective `setting` names; auto: p2p on gloo (see the module's figures), native otherwise."""
-    choice = ctx.settings[setting]
-    if choice == "auto":
-        gloo = ctx.process.process_group_backend == "gloo" and ctx.settings["fsdp_strategy"] != "hybrid_shard"
-        return "p2p" if gloo else "native"
-    return choice
+    """The collective `setting` names (auto: the SDK's rule; p2p does not fit hybrid_shard's two-level groups)."""
+    return sdk.collectives_choice(ctx.settings[setting], ctx.process.process_group_backend,
+                                  p2p_fits=ctx.settings["fsdp_strategy"] != "hybrid_shard")
 
 
 def _summing_reduce_scatter(sum_chunks: Callable[[Any, Any, Any], None]) -> Any:
