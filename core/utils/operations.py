@@ -189,7 +189,8 @@ def synchronize_rng_states(rng_types: list, generator: Any = None) -> None:
     from ..data import synchronize_rng_states as sync
 
     run = _run()
-    sync(list(rng_types), generator, run.broadcast_object if run.num_processes > 1 else (lambda obj, src: obj))
+    # each state is a byte tensor of one size on every rank: one tensor broadcast, not a pickled object
+    sync(list(rng_types), generator, run._broadcast_state if run.num_processes > 1 else (lambda state, src: state))
 
 
 def synchronize_rng_state(rng_type: Any = None, generator: Any = None) -> None:

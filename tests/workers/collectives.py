@@ -34,6 +34,13 @@ def main() -> None:
         "padded": a.pad_across_processes(torch.ones(r + 1, dtype=torch.long), dim=0, pad_index=-1).tolist(),
         "padded_first": a.pad_across_processes(torch.ones(r + 1), dim=0, pad_first=True).tolist(),
     }
+    # acc.utils.synchronize_rng_states: rank 0's global and generator states on every rank (each seeded its own)
+    from acc.utils import synchronize_rng_states
+
+    torch.manual_seed(100 + r)
+    generator = torch.Generator().manual_seed(200 + r)
+    synchronize_rng_states(["torch", "generator"], generator=generator)
+    result["synced_draws"] = [torch.rand(3).tolist(), torch.rand(3, generator=generator).tolist()]
     with a.split_between_processes(list(range(7))) as part:
         result["split"] = part
     with a.split_between_processes(list(range(7)), apply_padding=True) as part:

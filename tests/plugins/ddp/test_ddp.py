@@ -96,6 +96,9 @@ def test_collectives(tmp_path):
         assert res["gather_nested"] == {"a": [0, 1, 2], "b": [[0, 0], [1, 1], [2, 2]]}
         assert res["gather_scalar"] == [0.0, 1.0, 2.0] and res["gather_bool"] == [True, False, True]
         assert res["reduce"] == {"sum": [6.0, 30.0], "mean": [2.0, 10.0], "max": [3.0, 20.0], "min": [1.0, 0.0]}
+        # synchronize_rng_states gave every rank rank 0's states (seeds 100 and 200)
+        assert res["synced_draws"] == [torch.rand(3, generator=torch.Generator().manual_seed(100)).tolist(),
+                                       torch.rand(3, generator=torch.Generator().manual_seed(200)).tolist()]
         assert res["reduce_int_mean"] == [2.0]
         assert res["broadcast"] == [2.0, 2.0, 2.0] and res["broadcast_object"] == {"from": 0}
         assert res["gather_object"] == [{"rank": 0}, {"rank": 1}, {"rank": 2}]
