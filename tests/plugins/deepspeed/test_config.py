@@ -77,24 +77,30 @@ def test_hidden_size_is_the_configs_else_the_largest_matrixs_larger_side():
     assert hidden_size(None, [(64,)]) is None
 
 
-@pytest.mark.parametrize("stage,sizing,zero,want", [
-    (3, "deepspeed", {}, {}),  # DeepSpeed's own defaults: nothing added
+@pytest.mark.parametrize("stage,sizing,zero,want,cpu", [
+    (3, "deepspeed", {}, {}, True),  # DeepSpeed's own defaults: nothing added
     (3, "deepspeed", {"reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
-     {"reduce_bucket_size": 10000, "stage3_prefetch_bucket_size": 9000}),  # "auto" as Accelerate fills it
+     {"reduce_bucket_size": 10000, "stage3_prefetch_bucket_size": 9000}, True),  # "auto" as Accelerate fills it
     (3, "model", {}, {"reduce_bucket_size": 10000, "stage3_prefetch_bucket_size": 9000,
                       "stage3_param_persistence_threshold": 1000, "sub_group_size": 2500,
-                      "stage3_max_live_parameters": 20000, "stage3_max_reuse_distance": 10000}),
+                      "stage3_max_live_parameters": 20000, "stage3_max_reuse_distance": 10000}, False),
+    (3, "model", {}, {"reduce_bucket_size": 10000, "stage3_prefetch_bucket_size": 0,  # the CPU: no prefetching
+                      "stage3_param_persistence_threshold": 1000, "sub_group_size": 2500,
+                      "stage3_max_live_parameters": 20000, "stage3_max_reuse_distance": 10000}, True),
+    (3, "model", {"stage3_prefetch_bucket_size": "auto"}, {"reduce_bucket_size": 10000,
+     "stage3_prefetch_bucket_size": 9000, "stage3_param_persistence_threshold": 1000, "sub_group_size": 2500,
+     "stage3_max_live_parameters": 20000, "stage3_max_reuse_distance": 10000}, True),  # "auto" is Accelerate's
     (3, "model", {"reduce_bucket_size": 123, "sub_group_size": 7},
      {"reduce_bucket_size": 123, "stage3_prefetch_bucket_size": 9000, "stage3_param_persistence_threshold": 1000,
       "sub_group_size": 7, "stage3_max_live_parameters": 20000,
-      "stage3_max_reuse_distance": 10000}),  # the user's stand
-    (2, "model", {}, {"reduce_bucket_size": 10000}),  # the stage-3 values mean nothing below stage 3
+      "stage3_max_reuse_distance": 10000}, False),  # the user's stand
+    (2, "model", {}, {"reduce_bucket_size": 10000}, True),  # the stage-3 values mean nothing below stage 3
 ])
-def test_bucket_sizes_come_from_the_hidden_size(stage, sizing, zero, want):
+def test_bucket_sizes_come_from_the_hidden_size(stage, sizing, zero, want, cpu):
     from acc_deepspeed.config import BUCKET_KEYS, MODEL_KEYS, fill_buckets
 
     config = {"zero_optimization": {"stage": stage, **zero}}
-    assert fill_buckets(config, 100, sizing, "ds.json") == []
+    assert fill_buckets(config, 100, sizing, "ds.json", cpu=cpu) == []
     assert {k: v for k, v in config["zero_optimization"].items() if k in (*BUCKET_KEYS, *MODEL_KEYS)} == want
 
 
