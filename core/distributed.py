@@ -222,17 +222,23 @@ def p2p_reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor, group: Any
     world, rank = group.size(), group.rank()
     chunks = input.view(world, -1)
     peers = [p for p in range(world) if p != rank]
-    if world == 2:  # one addition, in rank order: no copy of this process's own chunk
-        received = {peers[0]: torch.empty_like(chunks[0])}
-    else:
-        stacked = torch.empty_like(chunks)
-        stacked[rank].copy_(chunks[rank])
-        received = {p: stacked[p] for p in peers}
-    for work in _exchange(group, P2P_REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, received):
+    flat_output = output.view(-1)
+    if world == 2 and not _overlap(flat_output, input):
+        # the peer's chunk lands in `output`, and one addition adds this process's own: a + b is b + a bitwise,
+        # so this is the rank-order sum, without a buffer of the chunk's size
+        for work in _exchange(group, P2P_REDUCE_SCATTER_TAG, {peers[0]: chunks[peers[0]]}, {peers[0]: flat_output}):
+            work.wait()
+        flat_output.add_(chunks[rank])
+        return P2PWorks([]) if async_op else None
+    stacked = torch.empty_like(chunks)  # output may be a chunk of the input (in place): every chunk received apart
+    stacked[rank].copy_(chunks[rank])
+    for work in _exchange(group, P2P_REDUCE_SCATTER_TAG, {p: chunks[p] for p in peers}, {p: stacked[p] for p in peers}):
         work.wait()
-    if world == 2:
-        first, second = (chunks[0], received[1]) if rank == 0 else (received[0], chunks[1])
-        torch.add(first, second, out=output.view(-1))
-    else:
-        torch.sum(stacked, dim=0, out=output.view(-1))
+    torch.sum(stacked, dim=0, out=flat_output)
     return P2PWorks([]) if async_op else None
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory of two contiguous tensors overlaps."""
+    a_start, b_start = a.data_ptr(), b.data_ptr()
+    return a_start < b_start + b.numel() * b.element_size() and b_start < a_start + a.numel() * a.element_size()

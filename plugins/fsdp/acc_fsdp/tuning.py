@@ -89,6 +89,10 @@ def _summing_reduce_scatter(sum_chunks: Callable[[Any, Any, Any], None]) -> Any:
             sum_chunks(output_tensor, input_tensor, group)
             if op == dist.ReduceOp.AVG:
                 output_tensor.div_(group.size())
+            # FSDP2 keeps the input alive until the next unit's reduce-scatter (so a CUDA stream cannot reuse it
+            # early) but never reads it again; this reduce-scatter is done already, so its memory goes now (25 MB
+            # at the backward peak on the bench model)
+            input_tensor.untyped_storage().resize_(0)
             return None
 
     return SummingReduceScatter()
