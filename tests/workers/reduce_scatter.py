@@ -1,5 +1,5 @@
-"""acc's point-to-point reduce-scatter against the rank-order sum and torch.distributed's, and fsdp's custom reduce-scatter's input
-released once it is done; each rank writes what it saw.
+"""acc's point-to-point reduce-scatter against the rank-order sum and torch.distributed's, and fsdp's custom
+reduce-scatter's input released once it is done; each rank writes what it saw.
 
     acc launch --backend ddp --nproc N reduce_scatter.py --out DIR
 """
@@ -39,7 +39,8 @@ def main() -> None:
     for peer in range(n):
         rank_order += torch.randn(n * 1000, generator=torch.Generator().manual_seed(peer)).view(n, -1)[r]
     dump(args.out, r, {
-        "apart_equal": torch.equal(apart, rank_order), "in_place_equal": torch.equal(in_place.view(n, -1)[r], rank_order),
+        "apart_equal": torch.equal(apart, rank_order),
+        "in_place_equal": torch.equal(in_place.view(n, -1)[r], rank_order),
         "gloo_close": torch.allclose(apart, want, rtol=0, atol=1e-5),
         "fsdp_avg_equal": torch.equal(fsdp_output, rank_order / n),
         "fsdp_input_bytes": fsdp_input.untyped_storage().nbytes(),

@@ -40,8 +40,9 @@ def acc_add_settings(registry: Any) -> None:
         "zero_buckets", str, "deepspeed",
         "ZeRO bucket sizes the DeepSpeed config leaves out: deepspeed (its defaults, sized for billion-parameter "
         "models), model (from the model's hidden size h: as Accelerate fills \"auto\", reduce bucket h^2, ZeRO-3 "
-        "prefetch bucket 0.9 h^2 (0 on the CPU, where prefetching gained nothing), persistence threshold 10 h; and ZeRO-3 optimizer sub-groups of h^2/4, at most "
-        "2 h^2 parameters gathered, reuse distance h^2; less memory and faster steps on smaller models)",
+        "prefetch bucket 0.9 h^2 (0 on the CPU, where prefetching gained nothing), persistence threshold 10 h; and "
+        "ZeRO-3 optimizer sub-groups of h^2/4, at most 2 h^2 parameters gathered, reuse distance h^2; less memory and "
+        "faster steps on smaller models)",
         ("--zero-buckets",), choices=ds_config.ZERO_BUCKETS))
     registry.add(sdk.Setting(
         "zero_collectives", str, "auto",
