@@ -35,6 +35,9 @@ def main() -> None:
     fsdp_input.copy_(data)
     fsdp_output = comm.allocate((1000,), dtype=torch.float32, device=torch.device("cpu"))
     comm(fsdp_output, fsdp_input, dist.group.WORLD, dist.ReduceOp.AVG)
+    flat = torch.cat([data, data])  # a caller's flat buffer: a view into it is summed, the buffer left whole
+    view_output = torch.empty(1000)
+    comm(view_output, flat[n * 1000:], dist.group.WORLD, dist.ReduceOp.AVG)
     rank_order = data.new_zeros(1000)  # every rank's chunk r, added in rank order
     for peer in range(n):
         rank_order += torch.randn(n * 1000, generator=torch.Generator().manual_seed(peer)).view(n, -1)[r]
@@ -44,6 +47,8 @@ def main() -> None:
         "gloo_close": torch.allclose(apart, want, rtol=0, atol=1e-5),
         "fsdp_avg_equal": torch.equal(fsdp_output, rank_order / n),
         "fsdp_input_bytes": fsdp_input.untyped_storage().nbytes(),
+        "view_avg_equal": torch.equal(view_output, rank_order / n),
+        "flat_kept": flat.untyped_storage().nbytes() == 2 * data.nbytes and torch.equal(flat[n * 1000:], data),
     })
     a.end_training()
 

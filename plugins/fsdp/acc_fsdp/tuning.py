@@ -91,8 +91,11 @@ def _summing_reduce_scatter(sum_chunks: Callable[[Any, Any, Any], None]) -> Any:
                 output_tensor.div_(group.size())
             # FSDP2 keeps the input alive until the next unit's reduce-scatter (so a CUDA stream cannot reuse it
             # early) but never reads it again; this reduce-scatter is done already, so its memory goes now (25 MB
-            # at the backward peak on the bench model)
-            input_tensor.untyped_storage().resize_(0)
+            # at the backward peak on the bench model). Only a buffer the input owns whole: a view into a larger
+            # storage (a caller's flat buffer) is left alone
+            storage = input_tensor.untyped_storage()
+            if input_tensor.storage_offset() == 0 and storage.nbytes() == input_tensor.nbytes:
+                storage.resize_(0)
             return None
 
     return SummingReduceScatter()

@@ -145,11 +145,11 @@ def test_fsdp_speed_settings_are_listed_with_their_defaults(tmp_path):
 def test_p2p_reduce_scatter_equals_gloos_and_frees_fsdps_input(tmp_path, nproc):
     # bitwise the rank-order sum (2 processes: the peer's chunk received into the output, then one addition; 3: all
     # chunks stacked and summed), in place too, and within rounding of gloo's; fsdp's reduce-scatter (AVG) releases
-    # its input once done (FSDP2 keeps a reference to it until the next unit's)
+    # its input once done (FSDP2 keeps a reference to it until the next unit's), but not a view into a larger buffer
     acc_launch(tmp_path, ["--backend", "ddp", "--nproc", str(nproc)], "reduce_scatter.py", ["--out", str(tmp_path)])
     results = read_rank_results(tmp_path)
     assert sorted(results) == list(range(nproc))
     for rank, res in results.items():
         assert res == {"apart_equal": True, "in_place_equal": True, "gloo_close": True, "fsdp_avg_equal": True,
-                       "fsdp_input_bytes": 0}, \
+                       "fsdp_input_bytes": 0, "view_avg_equal": True, "flat_kept": True}, \
             (rank, res)
