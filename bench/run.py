@@ -1,6 +1,6 @@
 """Run the benchmarks and write bench/results/results.{json,md}.
 
-    .venv/bin/python bench/run.py [--repeats N] [--only NAME ...]
+    .venv/bin/python bench/run.py [--repeats N] [--only NAME ... [--merge]]
 
 Every figure is a ratio against a baseline measured in the same run, alternating the two.
 """
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROOT, machine  # noqa: E402
+from common import ROOT, Result, machine  # noqa: E402
 
 # name -> repeats (alternating pairs) that fit the whole run in well under 15 minutes on 2 cores
 BENCHMARKS = {"cli_startup": 5, "launch_ready": 5, "launch_python": 5, "ddp_step": 7, "gather": 3, "precision_step": 3,
@@ -27,8 +27,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=None, help="override every benchmark's repeats")
     parser.add_argument("--only", nargs="*", choices=list(BENCHMARKS))
+    parser.add_argument("--merge", action="store_true",
+                        help="with --only: replace those benchmarks' rows in the existing results, keep the others "
+                             "(the table then says which rows were measured later)")
     args = parser.parse_args()
+    if args.merge and not args.only:
+        parser.error("--merge replaces the rows of the benchmarks --only names; give --only NAME ...")
+    out = ROOT / "bench" / "results"
+    kept, kept_failures, info = _kept(out / "results.json", args.only) if args.merge else ([], [], {})
     results, failures, started = [], [], time.time()
+    names: dict[int, str] = {}
     for name in args.only or BENCHMARKS:
         print(f"== {name}", flush=True)
         try:
@@ -41,18 +49,28 @@ def main() -> None:
             print(f"   {result.contender}: {result.value:.4g} {result.unit} vs {result.baseline}: "
                   f"{result.baseline_value:.4g} -> ratio {result.ratio:.3f}", flush=True)
             results.append(result)
-    info = machine()
-    info["wall_s"] = round(time.time() - started, 1)
-    out = ROOT / "bench" / "results"
+            names[id(result)] = name
+    now = machine()
+    now["wall_s"] = round(time.time() - started, 1)
+    rows = [r.as_dict() | {"bench": names[id(r)]} for r in results]
+    if args.merge:
+        now["merged_at"] = time.strftime("%Y-%m-%d %H:%M")
+        info = {**info, "merged": [*info.get("merged", []), {"benchmarks": args.only, **now}]}
+        rows, failures = kept + rows, kept_failures + failures
+    else:
+        info = now
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"machine": info, "results": [r.as_dict() for r in results],
-                                                  "failures": failures}, indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps({"machine": info, "results": rows, "failures": failures},
+                                                 indent=2) + "\n")
     lines = [f"Measured {info['date']} on {info['machine']}; python {info['python']}, torch {info['torch']}, "
              f"acc {info['acc']}; whole run {info['wall_s']:.0f} s. Each value is the median of the runs shown "
-             "(contender and baseline alternating); ratio = contender / baseline.", "",
+             "(contender and baseline alternating); ratio = contender / baseline."]
+    lines += [f"Rerun alone later ({m['merged_at']}, {m['wall_s']:.0f} s), rows of: {', '.join(m['benchmarks'])}."
+              for m in info.get("merged", [])]
+    lines += ["",
              "| benchmark | contender | baseline | contender | baseline | runs | ratio |",
              "|---|---|---|---|---|---|---|"]
-    for r in results:
+    for r in (Result(**{k: v for k, v in row.items() if k not in ("ratio", "bench")}) for row in rows):
         lines.append(f"| {r.benchmark} | {r.contender} | {r.baseline} | {r.value:.4g} {r.unit} | "
                      f"{r.baseline_value:.4g} {r.unit} | {r.repeats} | **{r.ratio:.2f}** |")
     lines += [f"\nFAILED {f}" for f in failures]
@@ -60,6 +78,16 @@ def main() -> None:
     print("\n".join(lines))
     if failures:
         raise SystemExit(1)
+
+
+def _kept(path: Path, replaced: list[str]) -> tuple[list[dict], list[str], dict]:
+    """The rows, failures and machine facts of an earlier run, less those of the `replaced` benchmarks."""
+    if not path.is_file():
+        raise SystemExit(f"--merge: no earlier results at {path}; run the whole bench first")
+    earlier = json.loads(path.read_text())
+    rows = [row for row in earlier["results"] if row.get("bench") not in replaced]
+    failures = [f for f in earlier.get("failures", []) if f.split(":", 1)[0] not in replaced]
+    return rows, failures, earlier["machine"]
 
 
 if __name__ == "__main__":
