@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from . import ops
+from .batched_rows import batched_rows
 from .sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
 
 _LOADER_ARGS = (
@@ -205,7 +206,8 @@ class PreparedDataLoader:
             if sampler_is_batch_sampler:
                 self._torch_loader = DataLoader(loader.dataset, sampler=self._shard, batch_size=None, **kwargs)
             else:
-                self._torch_loader = DataLoader(loader.dataset, batch_sampler=self._shard, **kwargs)
+                dataset, kwargs = batched_rows(loader.dataset, kwargs)
+                self._torch_loader = DataLoader(dataset, batch_sampler=self._shard, **kwargs)
         self._loader: Any = _Dispatched(self) if self.dispatch else self._torch_loader
         per = self._original_batch_size()
         split = settings.split_batches
