@@ -23,7 +23,10 @@ def run(repeats: int) -> list[Result]:
     # machine, in either direction; forked workers take ~0.2 more minor page faults per step (under 1 us)
     contenders = {"acc ddp (acc launch)": [*acc, str(WORKLOADS / "acc_mlp.py")],
                   "acc ddp (acc launch --start-method spawn)": [*acc, "--start-method", "spawn",
-                                                                str(WORKLOADS / "acc_mlp.py")]}
+                                                                str(WORKLOADS / "acc_mlp.py")],
+                  # the hand-written loop itself under acc launch: what the launch environment costs, apart from
+                  # acc's loop
+                  "torch DDP loop (acc launch)": [*acc, str(WORKLOADS / "raw_ddp_mlp.py")]}
     if importlib.util.find_spec("accelerate"):
         contenders["Hugging Face Accelerate (torchrun)"] = _torchrun("accelerate_mlp.py")
     if importlib.util.find_spec("lightning"):

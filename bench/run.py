@@ -34,7 +34,7 @@ def main() -> None:
     if args.merge and not args.only:
         parser.error("--merge replaces the rows of the benchmarks --only names; give --only NAME ...")
     out = ROOT / "bench" / "results"
-    kept, kept_failures, info = _kept(out / "results.json", args.only) if args.merge else ([], [], {})
+    kept, kept_at, kept_failures, info = _kept(out / "results.json", args.only) if args.merge else ([], None, [], {})
     results, failures, started = [], [], time.time()
     names: dict[int, str] = {}
     for name in args.only or BENCHMARKS:
@@ -56,9 +56,17 @@ def main() -> None:
     if args.merge:
         now["merged_at"] = time.strftime("%Y-%m-%d %H:%M")
         info = {**info, "merged": [*info.get("merged", []), {"benchmarks": args.only, **now}]}
-        rows, failures = kept + rows, kept_failures + failures
+        at = kept_at if kept_at is not None else len(kept)  # the rerun rows where the replaced ones stood
+        rows, failures = kept[:at] + rows + kept[at:], kept_failures + failures
     else:
         info = now
+    print(write(out, info, rows, failures))
+    if failures:
+        raise SystemExit(1)
+
+
+def write(out: Path, info: dict, rows: list[dict], failures: list[str]) -> str:
+    """Write results.json and results.md under `out`; returns the table."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"machine": info, "results": rows, "failures": failures},
                                                  indent=2) + "\n")
@@ -75,19 +83,19 @@ def main() -> None:
                      f"{r.baseline_value:.4g} {r.unit} | {r.repeats} | **{r.ratio:.2f}** |")
     lines += [f"\nFAILED {f}" for f in failures]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    if failures:
-        raise SystemExit(1)
+    return "\n".join(lines)
 
 
-def _kept(path: Path, replaced: list[str]) -> tuple[list[dict], list[str], dict]:
-    """The rows, failures and machine facts of an earlier run, less those of the `replaced` benchmarks."""
+def _kept(path: Path, replaced: list[str]) -> tuple[list[dict], int | None, list[str], dict]:
+    """The rows of an earlier run less those of the `replaced` benchmarks, where the first replaced row stood
+    (None: none), its failures less the replaced ones, and its machine facts."""
     if not path.is_file():
         raise SystemExit(f"--merge: no earlier results at {path}; run the whole bench first")
     earlier = json.loads(path.read_text())
     rows = [row for row in earlier["results"] if row.get("bench") not in replaced]
+    at = next((i for i, row in enumerate(earlier["results"]) if row.get("bench") in replaced), None)
     failures = [f for f in earlier.get("failures", []) if f.split(":", 1)[0] not in replaced]
-    return rows, failures, earlier["machine"]
+    return rows, at, failures, earlier["machine"]
 
 
 if __name__ == "__main__":
