@@ -12,6 +12,7 @@ if [ "$#" -gt 0 ]; then
 fi
 echo "== lint"
 "$root/scripts/lint.sh"
-"$root/.venv/bin/python" -m pytest
+# the 30 slowest tests are listed at the end, so a run's time can be traced to its tests
+"$root/.venv/bin/python" -m pytest --durations=30
 echo "== xla lane"
 "$root/scripts/xla-lane.sh"
