@@ -26,7 +26,6 @@ class BatchedRows:
 
     def __init__(self, dataset: TensorDataset):
         self.dataset = dataset
-        self.tensors = dataset.tensors
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -38,7 +37,7 @@ class BatchedRows:
         if len(indices) == 0:  # what default_collate makes of no samples (its own error), as without this view
             return []
         rows = torch.as_tensor(indices, dtype=torch.long)
-        return _Collated(t[rows] for t in self.tensors)
+        return _Collated(t[rows] for t in self.dataset.tensors)  # read each time: the user may replace them
 
 
 def collate(batch: Any) -> Any:
