@@ -119,9 +119,9 @@ def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
     # DeepSpeed still calls torch's old collective names; their deprecation warnings are not the user's to act on
     warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*deprecated",
                             category=FutureWarning)
-    from .ops_lock import clear_stale_locks
+    from .ops_lock import load_ops
 
-    clear_stale_locks(say=info.local_process_index == 0)  # init_distributed builds an op under a lock file
+    load_ops(say=info.local_process_index == 0)  # what init_distributed builds (or finds) under a lock file
     deepspeed.init_distributed(dist_backend=info.process_group_backend, auto_mpi_discovery=False)
     if sdk.collectives_choice(ctx.settings["zero_collectives"], info.process_group_backend) == "p2p":
         from deepspeed.comm import comm

@@ -1,15 +1,20 @@
 """A build lock left by a process killed while DeepSpeed built its op is removed before DeepSpeed starts (it would
-wait on it forever); a recent one is kept and waited on."""
+wait on it forever): at once where an acc process died holding it (real processes, the kernel's flock), after
+STALE_AFTER otherwise; a live acc process loading the op is waited for."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
-from acc_deepspeed.ops_lock import clear_stale_locks
+from acc_deepspeed.ops_lock import building, clear_stale_locks
 
 
 def lock_for() -> Path:
@@ -39,3 +44,41 @@ def test_a_recent_lock_is_kept_and_the_wait_is_said(tmp_path, monkeypatch, capsy
     lock.unlink()
     assert clear_stale_locks() == []  # no lock: nothing to do, nothing said
     assert capsys.readouterr().err == ""
+
+
+def _in_child(tmp_path, body: str) -> subprocess.Popen:
+    """A real process that runs `body` (with `building`, `lock` and `marks` defined), its extensions under tmp_path."""
+    code = ("import os, sys, time\nfrom pathlib import Path\nfrom acc_deepspeed.ops_lock import building\n"
+            "from torch.utils.cpp_extension import _get_build_directory\n"
+            "lock = Path(_get_build_directory('deepspeed_shm_comm', verbose=False)) / 'lock'\n"
+            f"marks = Path({str(tmp_path)!r})\n" + body)
+    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)})
+
+
+def test_a_lock_left_by_an_acc_process_killed_holding_it_is_removed_at_once(tmp_path, monkeypatch):
+    # the kernel releases the dead process's flock, so the next one knows the torch lock is nobody's, however young
+    child = _in_child(tmp_path, "with building():\n    lock.touch()\n    os.kill(os.getpid(), 9)\n")
+    assert child.wait(timeout=60) == -signal.SIGKILL
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = lock_for()
+    assert lock.exists()
+    with pytest.warns(UserWarning, match=r"removed .*lock: a build lock .* taken \d+ s ago by an acc process"):
+        with building() as removed:
+            assert removed == [lock] and not lock.exists()
+
+
+def test_a_live_acc_process_loading_the_op_is_waited_for(tmp_path, monkeypatch):
+    child = _in_child(tmp_path, "with building():\n    lock.touch()\n    (marks / 'in').touch()\n    time.sleep(1.5)\n"
+                                "    lock.unlink()\n    (marks / 'out').touch()\n")
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "in").exists():
+            assert child.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing removed, nothing said
+            with building() as removed:
+                assert (tmp_path / "out").exists() and removed == [] and not lock_for().exists()
+    finally:
+        assert child.wait(timeout=60) == 0
