@@ -39,7 +39,9 @@ def problem(directory: str | os.PathLike, name: object) -> str | None:
         return why
     assert isinstance(name, str)
     root = os.path.realpath(directory)
-    current, parts = root, name.replace("\\", "/").split("/")
+    # walk the path that is read: a backslash separates only where the OS says so (on POSIX `a\b` is one name,
+    # and checking `a/b` instead let a link named so point outside unchecked)
+    current, parts = root, (name.replace("\\", "/") if os.sep == "\\" else name).split("/")
     for i, part in enumerate(parts):
         current = os.path.join(current, part)
         if os.path.islink(current):

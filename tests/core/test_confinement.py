@@ -288,3 +288,13 @@ def test_fuzzed_manifests_never_read_outside_the_checkpoint(pristine, entries):
         assert opened == [], f"read outside the checkpoint: {opened}"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.sep != "/", reason="a backslash is a separator on Windows")
+def test_a_link_out_whose_name_holds_a_backslash_is_refused(tmp_path):
+    # found by the fuzzer: the check walked `0/0` (nothing there) while the reader opened the link named `0\0`
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "secret.pt").write_bytes(b"x")
+    (tmp_path / "ckpt" / "0\\0").symlink_to(tmp_path / "secret.pt")
+    why = problem(tmp_path / "ckpt", "0\\0")
+    assert why is not None and "symbolic link" in why and "outside the directory" in why
