@@ -32,11 +32,9 @@ def building(ops: tuple[str, ...] = OPS, say: bool = True) -> Iterator[list[Path
     except ImportError:  # pragma: no cover - Windows: DeepSpeed's CPU ops are not built there
         yield clear_stale_locks(ops, say=say)
         return
-    from torch.utils.cpp_extension import _get_build_directory
-
     with contextlib.ExitStack() as held:
         for name in ops:
-            directory = Path(_get_build_directory(name, verbose=False))
+            directory = _build_directory(name)
             directory.mkdir(parents=True, exist_ok=True)
             guard = held.enter_context(open(directory / "lock.acc", "a"))
             fcntl.flock(guard.fileno(), fcntl.LOCK_EX)  # waits for an acc process loading the op now
@@ -56,12 +54,17 @@ def load_ops(say: bool = True) -> None:
         builder.load(verbose=False)
 
 
+def _build_directory(name: str) -> Path:
+    """Where torch's cpp_extension builds op `name` (and keeps its lock file)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(name, verbose=False))
+
+
 def _remove_left(name: str) -> Path | None:
     """Under `building`'s flock: remove torch's lock of `name` unless it is older than STALE_AFTER (then the age
     rule speaks), as no live acc process holds it. Said by whichever process removes it."""
-    from torch.utils.cpp_extension import _get_build_directory
-
-    lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+    lock = _build_directory(name) / "lock"
     try:
         age = time.time() - lock.stat().st_mtime
         if age > STALE_AFTER:
@@ -76,11 +79,9 @@ def _remove_left(name: str) -> Path | None:
 
 def clear_stale_locks(ops: tuple[str, ...] = OPS, stale_after: float = STALE_AFTER, say: bool = True) -> list[Path]:
     """Remove the build locks of `ops` older than `stale_after` seconds; returns the locks removed."""
-    from torch.utils.cpp_extension import _get_build_directory
-
     removed = []
     for name in ops:
-        lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+        lock = _build_directory(name) / "lock"
         try:
             age = time.time() - lock.stat().st_mtime
         except OSError:
