@@ -35,8 +35,7 @@ def main() -> None:
         parser.error("--merge replaces the rows of the benchmarks --only names; give --only NAME ...")
     out = ROOT / "bench" / "results"
     kept, kept_at, kept_failures, info = _kept(out / "results.json", args.only) if args.merge else ([], None, [], {})
-    results, failures, started = [], [], time.time()
-    names: dict[int, str] = {}
+    rows, failures, started = [], [], time.time()
     for name in args.only or BENCHMARKS:
         print(f"== {name}", flush=True)
         try:
@@ -48,11 +47,9 @@ def main() -> None:
         for result in measured:
             print(f"   {result.contender}: {result.value:.4g} {result.unit} vs {result.baseline}: "
                   f"{result.baseline_value:.4g} -> ratio {result.ratio:.3f}", flush=True)
-            results.append(result)
-            names[id(result)] = name
+            rows.append(result.as_dict() | {"bench": name})
     now = machine()
     now["wall_s"] = round(time.time() - started, 1)
-    rows = [r.as_dict() | {"bench": names[id(r)]} for r in results]
     if args.merge:
         now["merged_at"] = time.strftime("%Y-%m-%d %H:%M")
         info = {**info, "merged": [*info.get("merged", []), {"benchmarks": args.only, **now}]}
