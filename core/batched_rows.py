@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from torch.utils.data import TensorDataset
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import TensorDataset, default_collate
 
 
 class _Collated(list):  # type: ignore[type-arg]
