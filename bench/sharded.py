@@ -8,12 +8,12 @@ from acc.plugins import installed_backends
 # label -> (launch flags, workload flags). Every launch (contender and its ddp baseline alike) runs with
 # --worker-memory release (freed tensors leave RSS at once, so the peak measures live memory) unless the label says
 # "keep" (glibc's default, acc's default: freed memory kept for reuse). "fsdp" runs the defaults (on gloo: p2p
-# all-gather and reduce-scatter, one unit prefetched, the last unit kept gathered); "tuning off" is FSDP2's own
-# collectives without prefetching. deepspeed runs acc's p2p collectives on gloo (--zero-collectives auto) unless the
-# label says "native collectives".
+# all-gather and reduce-scatter, one unit prefetched in forward, the last unit kept gathered); "tuning off" is
+# FSDP2's own collectives and its own (synchronous, on the CPU) prefetching. deepspeed runs acc's p2p collectives on
+# gloo (--zero-collectives auto) unless the label says "native collectives".
 FSDP = ["--backend", "fsdp", "--fsdp-wrap", "min_params=1000000"]
 TUNING_OFF = ["--fsdp-reduce-scatter", "native", "--fsdp-all-gather", "native", "--fsdp-prefetch", "0",
-              "--no-fsdp-keep-last-unsharded"]
+              "--fsdp-prefetch-in-backward", "on", "--no-fsdp-keep-last-unsharded"]
 ZERO3 = ["--backend", "deepspeed", "--zero-stage", "3"]
 MODEL_BUCKETS = ["--zero-buckets", "model"]
 KEEP = ["--worker-memory", "keep"]
@@ -79,6 +79,6 @@ def run(repeats: int) -> list[Result]:
     if "fsdp" in steps and "fsdp, tuning off" in steps:
         results.append(Result("fsdp step time, tuned (defaults) vs tuning off", "fsdp", "fsdp, tuning off",
                               steps["fsdp"], steps["fsdp, tuning off"], "s/step", repeats,
-                              "p2p all-gather and reduce-scatter, prefetch 1, last unit kept vs FSDP2's own; not alternated "
-                              "with each other (each against its own ddp runs)"))
+                              "p2p all-gather and reduce-scatter, prefetch 1 in forward, last unit kept vs FSDP2's own; "
+                              "not alternated with each other (each against its own ddp runs)"))
     return results

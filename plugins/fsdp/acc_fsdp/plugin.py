@@ -53,9 +53,16 @@ def acc_add_settings(registry: Any) -> None:
         ("--fsdp-all-gather",), choices=tuning.ALL_GATHER))
     registry.add(sdk.Setting(
         "fsdp_prefetch", int, 1,
-        "units whose all-gather starts ahead, in forward and backward, in the background (0: FSDP2's own, which on "
-        "the CPU waits for each all-gather); units are taken in the order the model defines them",
+        "units whose all-gather starts ahead, in the background, in forward (and in backward where "
+        "fsdp_prefetch_in_backward is on) (0: FSDP2's own, which on the CPU waits for each all-gather); units are "
+        "taken in the order the model defines them",
         ("--fsdp-prefetch",), minimum=0, maximum=8))
+    registry.add(sdk.Setting(
+        "fsdp_prefetch_in_backward", str, "auto",
+        "whether backward gathers the next unit's parameters while this unit computes: on (FSDP2's default), off "
+        "(each unit is gathered when its own backward starts: one unit's parameters less at the backward peak); "
+        "auto: off on gloo, where the prefetch made the step no faster, on otherwise",
+        ("--fsdp-prefetch-in-backward",), choices=tuning.PREFETCH_IN_BACKWARD))
     registry.add(sdk.Setting(
         "fsdp_keep_last_unsharded", bool, True,
         "keep the last unit's parameters gathered after forward (backward needs them first): one all-gather less "

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 DDP = ["--backend", "ddp", "--nproc", "2"]
 FSDP = ["--backend", "fsdp", "--nproc", "2", "--fsdp-wrap", "transformer_layer=Block"]
 NATIVE = ["--fsdp-reduce-scatter", "native", "--fsdp-all-gather", "native", "--fsdp-prefetch", "0",
-          "--no-fsdp-keep-last-unsharded"]
+          "--fsdp-prefetch-in-backward", "on", "--no-fsdp-keep-last-unsharded"]  # FSDP2's own ways
 ALL_TO_ALL = ["--fsdp-reduce-scatter", "all_to_all", "--fsdp-all-gather", "native"]
 TOL = 1e-5
 
@@ -49,7 +49,9 @@ def runs(tmp_path_factory, pretrained):
         "ddp": (DDP, []),
         "ddp_init": (DDP, ["--build", "init_module"]),
         "ddp_load": (DDP, ["--build", "empty_init", "--load", str(pretrained)]),
-        "fsdp": (FSDP, ["--grads"]),  # the defaults: p2p collectives on gloo, prefetch 1, last unit kept
+        "fsdp": (FSDP, ["--grads", "--gathers"]),  # the defaults: p2p collectives on gloo, prefetch 1 in forward only,
+        # last unit kept
+        "fsdp_prefetch_in_backward": ([*FSDP, "--fsdp-prefetch-in-backward", "on"], ["--grads", "--gathers"]),
         "fsdp_native": ([*FSDP, *NATIVE], ["--grads"]),
         "fsdp3": ([*FSDP, "--nproc", "3"], ["--grads"]),
         "fsdp3_all_to_all": ([*FSDP, "--nproc", "3", *ALL_TO_ALL], ["--grads"]),
@@ -109,6 +111,18 @@ def test_p2p_collectives_and_prefetching_give_fsdp2s_own_gradients(runs):
     assert close(tuned[0]["losses"], native[0]["losses"])
 
 
+def test_on_gloo_backward_gathers_each_unit_when_its_backward_starts(runs):
+    # the defaults on gloo: block 0 is gathered after block 1's backward has run, when its own starts; with
+    # fsdp_prefetch_in_backward on, while block 1's runs. Block 1, the last unit, stays gathered from forward; the
+    # root's own layers are gathered first. The same gradients either way
+    default, prefetched = runs("fsdp"), runs("fsdp_prefetch_in_backward")
+    for rank in (0, 1):
+        assert default[rank]["backward_events"] == ["gather", "block 1", "gather", "block 0"], default[rank]
+        assert prefetched[rank]["backward_events"] == ["gather", "gather", "block 1", "block 0"], prefetched[rank]
+        assert prefetched[rank]["grads"] == default[rank]["grads"]
+        assert prefetched[rank]["losses"] == default[rank]["losses"]
+
+
 def test_p2p_reduce_scatter_sums_in_rank_order_like_all_to_all_on_three_processes(runs):
     # both sum the three chunks in rank order, and both all-gathers copy exactly: bitwise the same training
     p2p, all_to_all = runs("fsdp3"), runs("fsdp3_all_to_all")
@@ -123,6 +137,7 @@ def test_p2p_reduce_scatter_sums_in_rank_order_like_all_to_all_on_three_processe
     (["--fsdp-all-gather", "ring"], "flag --fsdp-all-gather: expected one of: auto, native, p2p"),
     (["--fsdp-prefetch", "9"], "flag --fsdp-prefetch: expected an integer from 0 to 8, got '9'"),
     (["--fsdp-prefetch", "-1"], "flag --fsdp-prefetch"),
+    (["--fsdp-prefetch-in-backward", "sometimes"], "flag --fsdp-prefetch-in-backward: expected one of: auto, on, off"),
 ])
 def test_fsdp_speed_settings_are_validated(tmp_path, flags, message):
     proc = run([ACC, "launch", *FSDP, *flags, "--dry-run", str(ROOT / "examples" / "quickstart.py")], tmp_path)
@@ -137,6 +152,7 @@ def test_fsdp_speed_settings_are_listed_with_their_defaults(tmp_path):
     assert rows["fsdp_reduce_scatter"][:2] == ["auto", "default"]
     assert rows["fsdp_all_gather"][:2] == ["auto", "default"]
     assert rows["fsdp_prefetch"][:2] == ["2", "flag"]
+    assert rows["fsdp_prefetch_in_backward"][:2] == ["auto", "default"]
     assert rows["fsdp_keep_last_unsharded"][:2] == ["True", "default"]
     assert rows["fsdp_from_rank0"][:2] == ["False", "default"]
 
