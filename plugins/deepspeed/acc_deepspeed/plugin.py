@@ -16,6 +16,7 @@ from acc import backend as sdk
 from . import config as ds_config
 from . import collectives as zero_collectives
 from . import master
+from . import muon_import
 
 ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch", "deepspeed")
@@ -203,6 +204,7 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
             warnings.warn(f"DummyScheduler(lr_scheduler_callable=...) builds the scheduler; the \"scheduler\" section "
                           f"of {where} is not used (as with Accelerate)", stacklevel=2)
         kwargs["lr_scheduler"] = scheduler.lr_scheduler_callable  # called with the engine's optimizer
+    muon_import.import_without_compiling()  # the engine imports it: without loading inductor
     engine, engine_optimizer, _, _ = deepspeed.initialize(**kwargs)
     master.share_fp32_master(engine.optimizer)
     engine.checkpoint_engine = _safe_checkpoint_engine(engine)
