@@ -96,9 +96,10 @@ def assemble(
             core = resolve(_core_registry(), flags, environ, files, detected, scheduler)
         try:
             pm, infos = build_plugin_manager(core["backend"], core["plugins"])
-        except PluginNotFoundError as exc:
-            where = core.source("backend")
-            raise PluginNotFoundError(f"{exc} (backend from {where})" if where != "default" else str(exc)) from None
+        except PluginNotFoundError as exc:  # say where the backend or plugin that is not there was asked for
+            where = core.source(exc.setting)
+            raise PluginNotFoundError(f"{exc} ({exc.setting} from {where})" if where != "default" else str(exc),
+                                      exc.setting) from None
     else:
         infos = {}
     registry = collect_settings(pm)

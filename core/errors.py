@@ -18,7 +18,12 @@ class PluginError(AccError):
 
 
 class PluginNotFoundError(PluginError):
-    """The requested backend or plugin is not installed."""
+    """The requested backend or plugin is not installed; `setting` names the setting that asked for it (backend or
+    plugins), so the message can say where it was given."""
+
+    def __init__(self, message: str, setting: str = "backend"):
+        super().__init__(message)
+        self.setting = setting
 
 
 class PluginLoadError(PluginError):

@@ -208,7 +208,7 @@ def load_plugin(pm: pluggy.PluginManager, spec: str) -> PluginInfo:
             names = list(installed_plugins()) + [b for b in installed_backends() if b != BUILTIN_BACKEND]
             raise PluginNotFoundError(
                 f"plugin '{spec}' is neither an installed plugin nor an importable module"
-                f"{did_you_mean(spec, names)}; installed plugins: {', '.join(names) or '(none)'}"
+                f"{did_you_mean(spec, names)}; installed plugins: {', '.join(names) or '(none)'}", setting="plugins"
             )
         info = PluginInfo(spec, "module", spec, "(module)", "")
     register(pm, info.load_module(), info.name)

@@ -170,8 +170,8 @@ def _assemble(translation: LaunchTranslation, value_flags: set[str]) -> Assembly
         return assemble(flags=flags, config_file=peeked.get("config_file"), detect=True, cluster=True)
     except PluginNotFoundError as exc:
         typed = translation.typed.get("--backend", "--backend")
-        raise PluginNotFoundError(str(exc).replace("(backend from flag --backend)", f"(backend from flag {typed})")) \
-            from None
+        raise PluginNotFoundError(str(exc).replace("(backend from flag --backend)", f"(backend from flag {typed})"),
+                                  exc.setting) from None
 
 
 def _processes(translation: LaunchTranslation, config_file: str | None, peeked: dict[str, Any]

@@ -86,11 +86,12 @@ def _kernel_problems(settings: Mapping) -> list[str]:
         problems.append(f"machine_rank {rank} (from {settings.source('machine_rank')}) must be below "
                         f"num_machines {machines}: machines are numbered 0..{machines - 1}")
     if settings["rdzv_backend"] == "static" and settings["main_process_port"] is None:
-        problems.append("rdzv_backend 'static' needs a known port on machine 0: add --main-process-port PORT "
-                        "(the default c10d rendezvous picks a free port by itself)")
+        problems.append(f"rdzv_backend 'static' (from {settings.source('rdzv_backend')}) needs a known port on "
+                        "machine 0: add --main-process-port PORT (the default c10d rendezvous picks a free port by "
+                        "itself)")
     if machines > 1 and not settings["main_process_ip"]:
-        problems.append(f"num_machines = {machines} needs the address of machine 0: add --main-process-ip ADDRESS "
-                        "(and the same --main-process-port on every machine)")
+        problems.append(f"num_machines = {machines} (from {settings.source('num_machines')}) needs the address of "
+                        "machine 0: add --main-process-ip ADDRESS (and the same --main-process-port on every machine)")
     return problems
 
 

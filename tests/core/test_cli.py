@@ -116,7 +116,7 @@ def test_bad_flag_value(script):
 
 def test_static_rendezvous_without_a_port(script):
     result = invoke("launch", "--backend", "ddp", "--nproc", "2", "--rdzv-backend", "static", str(script))
-    assert result.exit_code == 2 and "rdzv_backend 'static' needs a known port on machine 0" in result.output
+    assert result.exit_code == 2 and "rdzv_backend 'static' (from flag --rdzv-backend) needs a known port on machine 0" in result.output
 
 
 def test_unknown_flag(script):
