@@ -35,8 +35,8 @@ if [ ! -f "$venv/.acc-ready" ]; then
   rm -rf "$venv"
   "$python" -m venv "$venv" || fail "could not create the venv $venv"
   # torch first, alone: pip then takes the CPU build this machine keeps on disk
-  if ! quiet "$vpy" -m pip install -q --disable-pip-version-check --no-compile --progress-bar off "${pins[0]}" >&2 \
-      || ! quiet "$vpy" -m pip install -q --disable-pip-version-check --no-compile --progress-bar off "${pins[@]}" >&2; then
+  if ! quiet "$vpy" -m pip install -q --disable-pip-version-check --progress-bar off "${pins[0]}" >&2 \
+      || ! quiet "$vpy" -m pip install -q --disable-pip-version-check --progress-bar off "${pins[@]}" >&2; then
     rm -rf "$venv"
     fail "pip could not install ${pins[*]} (is the package registry reachable? see pip's output above)"
   fi

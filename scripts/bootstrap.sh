@@ -14,9 +14,7 @@ fi
 quiet() { "$@" 2>&1 | { grep -v -e "is ignored: it is neither" -e "^$" || true; }; }
 echo "bootstrap: preparing $venv"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-# --no-compile: pip byte-compiles every file it installs (torch here: 37 s with it, 11 s without), where Python
-# compiles only what is imported, once, as it is first imported (torch's first import: 5.5 s more)
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # the CPU build (a plain 'torch' requirement would pull a multi-GB CUDA build)
 quiet "${pip[@]}" "torch==2.13.0"
 editables=(-e "$root")

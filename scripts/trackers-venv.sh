@@ -65,8 +65,8 @@ if [ ! -f "$venv/.acc-ready" ]; then
   "$python" -m venv "$venv" || fail "could not create the venv $venv"
   # torch first, alone: pip then takes the CPU build this machine keeps on disk; then one resolver run for the
   # trackers' libraries and the editable distributions
-  if ! quiet "${pip[@]}" install -q --no-compile --progress-bar off "$torch_pin" >&2 \
-      || ! quiet "${pip[@]}" install -q --no-compile --progress-bar off "$torch_pin" "${pins[@]}" "${editables[@]}" >&2; then
+  if ! quiet "${pip[@]}" install -q --progress-bar off "$torch_pin" >&2 \
+      || ! quiet "${pip[@]}" install -q --progress-bar off "$torch_pin" "${pins[@]}" "${editables[@]}" >&2; then
     rm -rf "$venv"
     fail "pip could not install $torch_pin ${pins[*]} with acc-core and the tracker plugins (is the package registry reachable? see pip's output above)"
   fi

@@ -71,7 +71,7 @@ if [ ! -f "$venv/.acc-ready" ]; then
 $index"
   fi
   # one resolver run: the pins, acc-core (whose torch range must admit 2.9) and acc-xla, the test tools
-  if ! quiet "${pip[@]}" install -q --no-compile --progress-bar off "${pins[@]}" "${tools[@]}" -e "$root" -e "$root/plugins/xla"; then
+  if ! quiet "${pip[@]}" install -q --progress-bar off "${pins[@]}" "${tools[@]}" -e "$root" -e "$root/plugins/xla"; then
     rm -rf "$venv"
     fail "pip could not install ${pins[*]} with acc-core and acc-xla (see pip's output above)"
   fi
