@@ -61,14 +61,23 @@ def _build_directory(name: str) -> Path:
     return Path(_get_build_directory(name, verbose=False))
 
 
+def _lock_age(name: str) -> tuple[Path, float] | None:
+    """Torch's build lock of op `name` and its age in seconds, or None when there is none."""
+    lock = _build_directory(name) / "lock"
+    try:
+        return lock, time.time() - lock.stat().st_mtime
+    except OSError:
+        return None
+
+
 def _remove_left(name: str) -> Path | None:
     """Under `building`'s flock: remove torch's lock of `name` unless it is older than STALE_AFTER (then the age
     rule speaks), as no live acc process holds it. Said by whichever process removes it."""
-    lock = _build_directory(name) / "lock"
+    found = _lock_age(name)
+    if found is None or found[1] > STALE_AFTER:
+        return None
+    lock, age = found
     try:
-        age = time.time() - lock.stat().st_mtime
-        if age > STALE_AFTER:
-            return None
         lock.unlink()
     except OSError:
         return None
@@ -81,11 +90,10 @@ def clear_stale_locks(ops: tuple[str, ...] = OPS, stale_after: float = STALE_AFT
     """Remove the build locks of `ops` older than `stale_after` seconds; returns the locks removed."""
     removed = []
     for name in ops:
-        lock = _build_directory(name) / "lock"
-        try:
-            age = time.time() - lock.stat().st_mtime
-        except OSError:
+        found = _lock_age(name)
+        if found is None:
             continue
+        lock, age = found
         if age <= stale_after:
             if say:
                 print(f"acc: waiting for DeepSpeed's build of {name} ({lock}, taken {age:.0f} s ago by another "
