@@ -3,7 +3,7 @@
 Every ZeRO engine imports `deepspeed.runtime.zero.muon.muon_optimizer` (to check whether the optimizer is Muon), and
 that module decorates three functions with `torch.compile` as it is imported. Decorating alone loads inductor and
 its dependencies: 594 modules, 45 MiB and 1.5 s per process, measured here, whatever optimizer the script uses (on
-the bench model that was ZeRO-3's peak RSS 803 -> 760 MB per rank). Imported through `import_without_compiling`, the
+the bench model that was ZeRO-3's peak RSS 803 -> 757 MB per rank). Imported through `import_without_compiling`, the
 module's functions are compiled when first called instead: what a Muon user gets is unchanged, and everyone else
 never pays for it.
 """
