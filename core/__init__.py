@@ -7,49 +7,49 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
-from .errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
-from .enums import DistributedType
-from .hookspecs import HOOKSPEC_VERSION, hookimpl
-from .kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
+from acc._version import __version__
+from acc.errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
+from acc.enums import DistributedType
+from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
                      GradScalerKwargs, InitProcessGroupKwargs)
-from .launch.plan import LaunchPlan, Rendezvous
-from .logging import get_logger
-from .context import ProcessInfo, RunContext
-from .settings import Setting
+from acc.launch.plan import LaunchPlan, Rendezvous
+from acc.logging import get_logger
+from acc.context import ProcessInfo, RunContext
+from acc.settings import Setting
 
 _LAZY = {
-    "Accelerator": ("accelerator", "Accelerator"),
-    "set_seed": ("seed", "set_seed"),
-    "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
-    "skip_first_batches": ("data", "skip_first_batches"),
-    **{name: ("state", name) for name in ("PartialState", "AcceleratorState", "GradientState")},
-    **{name: ("big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
+    "Accelerator": ("acc.accelerator", "Accelerator"),
+    "set_seed": ("acc.seed", "set_seed"),
+    "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
+    "skip_first_batches": ("acc.data", "skip_first_batches"),
+    **{name: ("acc.state", name) for name in ("PartialState", "AcceleratorState", "GradientState")},
+    **{name: ("acc.big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
                                               "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
-    "init_on_device": ("big_model", "init_on_device"),
-    "load_checkpoint_in_model": ("big_model", "load_checkpoint_in_model"),
-    "cpu_offload_with_hook": ("big_model", "cpu_offload_with_hook"),
-    "find_executable_batch_size": ("utils.memory", "find_executable_batch_size"),
-    "is_rich_available": ("utils.imports", "is_rich_available"),
-    "DDPCommunicationHookType": ("enums", "DDPCommunicationHookType"),
-    **{name: ("launchers", name) for name in ("notebook_launcher", "debug_launcher", "WorkerFailedError")},
-    "DeepSpeedPlugin": ("plugin_dataclasses", "DeepSpeedPlugin"),
-    "FullyShardedDataParallelPlugin": ("plugin_dataclasses", "FullyShardedDataParallelPlugin"),
-    "TorchDynamoPlugin": ("plugin_dataclasses", "TorchDynamoPlugin"),
-    "ProfileKwargs": ("plugin_dataclasses", "ProfileKwargs"),
+    "init_on_device": ("acc.big_model", "init_on_device"),
+    "load_checkpoint_in_model": ("acc.big_model", "load_checkpoint_in_model"),
+    "cpu_offload_with_hook": ("acc.big_model", "cpu_offload_with_hook"),
+    "find_executable_batch_size": ("acc.utils.memory", "find_executable_batch_size"),
+    "is_rich_available": ("acc.utils.imports", "is_rich_available"),
+    "DDPCommunicationHookType": ("acc.enums", "DDPCommunicationHookType"),
+    **{name: ("acc.launchers", name) for name in ("notebook_launcher", "debug_launcher", "WorkerFailedError")},
+    "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("acc.plugin_dataclasses", "ProfileKwargs"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .accelerator import Accelerator
-    from .seed import set_seed
+    from acc.accelerator import Accelerator
+    from acc.seed import set_seed
 
 
 def _resolve_lazy(namespace: dict[str, Any], table: dict[str, tuple[str, str]], name: str) -> Any:
-    """Import `acc.<module>.<attr>` for `table[name]` and cache it in `namespace` (a module's globals)."""
+    """Import `<module>.<attr>` for `table[name]` and cache it in `namespace` (a module's globals)."""
     import importlib
 
     module, attr = table[name]
-    value = getattr(importlib.import_module(f"acc.{module}"), attr)
+    value = getattr(importlib.import_module(module), attr)
     namespace[name] = value
     return value
 

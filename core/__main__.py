@@ -1,5 +1,5 @@
 """`python -m acc ...` is the `acc` command."""
 
-from .cli import main
+from acc.cli import main
 
 main()

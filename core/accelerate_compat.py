@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import ConfigError, did_you_mean
+from acc.errors import ConfigError, did_you_mean
 
 # ---------------------------------------------------------------------------------------------- launch flags
 

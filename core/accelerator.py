@@ -20,22 +20,22 @@ import torch
 
 import weakref
 
-from .assembly import Assembly
-from .checkpoint import ProjectConfiguration
-from .collectives import CollectivesMixin
-from .data import DataSettings, PreparedDataLoader
-from .data import skip_first_batches as _skip_first_batches
-from .enums import DistributedType
-from .errors import AccError
-from .kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
-from .optim import AcceleratedOptimizer, AcceleratedScheduler
-from .precision import BackendStepper, Precision, check_supported
-from .runtime import Runtime
-from .prepared import PreparedObjects
-from .saving import Checkpointer
-from .sharded_build import check_empty_init, check_meta_models, has_meta
-from .state import only_on
-from .utils.deepspeed import DummyOptim, DummyScheduler, check_prepare
+from acc.assembly import Assembly
+from acc.checkpoint import ProjectConfiguration
+from acc.collectives import CollectivesMixin
+from acc.data import DataSettings, PreparedDataLoader
+from acc.data import skip_first_batches as _skip_first_batches
+from acc.enums import DistributedType
+from acc.errors import AccError
+from acc.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
+from acc.optim import AcceleratedOptimizer, AcceleratedScheduler
+from acc.precision import BackendStepper, Precision, check_supported
+from acc.runtime import Runtime
+from acc.prepared import PreparedObjects
+from acc.saving import Checkpointer
+from acc.sharded_build import check_empty_init, check_meta_models, has_meta
+from acc.state import only_on
+from acc.utils.deepspeed import DummyOptim, DummyScheduler, check_prepare
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
@@ -237,14 +237,14 @@ class Accelerator(CollectivesMixin):
     @property
     def state(self) -> Any:
         """`AcceleratorState`: a view of this run (`logger.info(accelerator.state)` prints it)."""
-        from .state import AcceleratorState
+        from acc.state import AcceleratorState
 
         return AcceleratorState()
 
     @property
     def gradient_state(self) -> Any:
         """`GradientState`: a view of this run's accumulation and data-loader facts."""
-        from .state import GradientState
+        from acc.state import GradientState
 
         return GradientState()
 
@@ -557,7 +557,7 @@ class Accelerator(CollectivesMixin):
     def _compiled(self, model: Any) -> Any:
         """`model` compiled when the run asks for it (dynamo_backend), after the backend wrapped it, in the way
         the backend declares (acc.compiling: regional, per unit by the backend, or the wrapped model whole)."""
-        from .compiling import compile_prepared
+        from acc.compiling import compile_prepared
 
         return compile_prepared(self.ctx, model, self._runtime.capabilities)
 
@@ -642,7 +642,7 @@ class Accelerator(CollectivesMixin):
     # ------------------------------------------------------------------ experiment tracking
     def _trackers(self) -> Any:
         if self._tracking is None:
-            from .tracking import Trackers
+            from acc.tracking import Trackers
 
             self._tracking = Trackers(self._log_with, self)
         return self._tracking
@@ -742,7 +742,7 @@ class Accelerator(CollectivesMixin):
     def free_memory(self, *objects: Any) -> list:
         """Drop the references this Accelerator holds (models, optimizers, schedulers, loaders), reset `step`,
         collect garbage and empty the device cache; returns `objects` released (a list of None)."""
-        from .utils.memory import release_memory
+        from acc.utils.memory import release_memory
 
         for model in self._models:  # a DeepSpeed engine frees its buffers itself
             if type(model).__name__ == "DeepSpeedEngine" and callable(getattr(model, "destroy", None)):
@@ -801,7 +801,7 @@ class Accelerator(CollectivesMixin):
     def profile(self, profile_handler: Any = None) -> Iterator[Any]:
         """torch.profiler over the block, configured by `ProfileKwargs` (given here or in kwargs_handlers);
         with its `output_trace_dir`, each process writes `trace_rank_<i>.json` there."""
-        from .utils.dataclasses import ProfileKwargs
+        from acc.utils.dataclasses import ProfileKwargs
 
         handler = profile_handler or self.ctx.handler(ProfileKwargs) or ProfileKwargs()
         with handler.build() as profiler:
@@ -822,7 +822,7 @@ class Accelerator(CollectivesMixin):
         """Finish the trackers and release the backend's resources (process groups); call once at the end."""
         if self._tracking is not None:
             self._tracking.finish()
-        from .checkpoint import finish_removals
+        from acc.checkpoint import finish_removals
 
         finish_removals()  # replaced checkpoints deleted in the background are gone when training ends
         self._runtime.teardown()
@@ -882,7 +882,7 @@ def _dataloader_config_settings(config: DataLoaderConfiguration) -> dict[str, An
 
 
 def _check_handlers(handlers: list) -> None:
-    from .kwargs import KwargsHandler
+    from acc.kwargs import KwargsHandler
 
     seen: set[type] = set()
     for handler in handlers:

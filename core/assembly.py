@@ -15,12 +15,12 @@ from typing import Any, Mapping
 
 import pluggy
 
-from .cluster import ClusterEnvironment, setting_values
-from .cluster import check as check_cluster
-from .config import ConfigFile, find_config_files
-from .errors import ConfigError, PluginNotFoundError
-from .plugins import PluginInfo, build_plugin_manager, collect_settings
-from .settings import CORE_OWNER, ResolvedSettings, SettingsRegistry, core_settings, resolve
+from acc.cluster import ClusterEnvironment, setting_values
+from acc.cluster import check as check_cluster
+from acc.config import ConfigFile, find_config_files
+from acc.errors import ConfigError, PluginNotFoundError
+from acc.plugins import PluginInfo, build_plugin_manager, collect_settings
+from acc.settings import CORE_OWNER, ResolvedSettings, SettingsRegistry, core_settings, resolve
 
 LAUNCH_ENV = "ACC_LAUNCH"
 
@@ -89,7 +89,7 @@ def assemble(
     if pm is None:
         core = resolve(_core_registry(), flags, environ, files, cluster=scheduler)
         if detect and core.is_default("backend"):
-            from .detection import detect as run_detection
+            from acc.detection import detect as run_detection
 
             best, line = run_detection(core, environ)
             detected = {"backend": best.backend, "nproc": best.nproc}
@@ -115,8 +115,8 @@ def assemble(
 def _cluster(flags: Mapping[str, Any], environ: Mapping[str, str], files: list[ConfigFile]
              ) -> ClusterEnvironment | None:
     """The active cluster environment (plugins blocked with -p no:NAME are not asked)."""
-    from .cluster import detect as detect_cluster
-    from .plugins import split_plugin_specs
+    from acc.cluster import detect as detect_cluster
+    from acc.plugins import split_plugin_specs
 
     plugins = resolve(_core_registry(), flags, environ, files)["plugins"]
     return detect_cluster(environ, blocked=split_plugin_specs(plugins)[1])

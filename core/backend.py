@@ -24,66 +24,66 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
-from .communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
-from .context import LoopState, ProcessInfo, RunContext
-from .detection import Detection
-from .enums import DistributedType
-from .errors import AccError, ConfigError, ValidationError
-from .hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
-from .hookspecs import HOOKSPEC_VERSION, hookimpl
-from .kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
+from acc.capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
+from acc.communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
+from acc.context import LoopState, ProcessInfo, RunContext
+from acc.detection import Detection
+from acc.enums import DistributedType
+from acc.errors import AccError, ConfigError, ValidationError
+from acc.hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
+from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
                      KwargsHandler)
-from .launch.plan import LaunchPlan, Rendezvous, elastic_plan
-from .plugins import module_available
-from .settings import ResolvedSettings, Setting
-from .utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for
+from acc.launch.plan import LaunchPlan, Rendezvous, elastic_plan
+from acc.plugins import module_available
+from acc.settings import ResolvedSettings, Setting
+from acc.utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for
 
 # name -> (module under acc, attribute): imported (with torch) when first touched
 _LAZY = {
     # torch.distributed process groups, for backends built on them
-    "init_process_group": ("distributed", "init_process_group"),
-    "destroy_process_group": ("distributed", "destroy_process_group"),
-    "launcher_facts": ("distributed", "launcher_facts"),
-    "choose_device": ("distributed", "choose_device"),
+    "init_process_group": ("acc.distributed", "init_process_group"),
+    "destroy_process_group": ("acc.distributed", "destroy_process_group"),
+    "launcher_facts": ("acc.distributed", "launcher_facts"),
+    "choose_device": ("acc.distributed", "choose_device"),
     # all-gather and reduce-scatter as isend/irecv with each peer (faster than gloo's own)
-    "p2p_all_gather_into": ("distributed", "p2p_all_gather_into"),
-    "p2p_reduce_scatter_sum": ("distributed", "p2p_reduce_scatter_sum"),
+    "p2p_all_gather_into": ("acc.distributed", "p2p_all_gather_into"),
+    "p2p_reduce_scatter_sum": ("acc.distributed", "p2p_reduce_scatter_sum"),
     # checkpoint files: tensors as safetensors, everything else read with weights_only; verify before reading
-    "CheckpointError": ("checkpoint", "CheckpointError"),
-    "save_tensors": ("checkpoint", "save_tensors"),
-    "load_tensors": ("checkpoint", "load_tensors"),
-    "save_object": ("checkpoint", "save_object"),
-    "load_object": ("checkpoint", "load_object"),
-    "verify": ("checkpoint", "verify"),
+    "CheckpointError": ("acc.checkpoint", "CheckpointError"),
+    "save_tensors": ("acc.checkpoint", "save_tensors"),
+    "load_tensors": ("acc.checkpoint", "load_tensors"),
+    "save_object": ("acc.checkpoint", "save_object"),
+    "load_object": ("acc.checkpoint", "load_object"),
+    "verify": ("acc.checkpoint", "verify"),
     # sharded tensors written per rank, readable on any number of ranks
-    "save_pieces": ("sharded", "save_pieces"),
-    "ShardedReader": ("sharded", "ShardedReader"),
-    "model_prefix": ("sharded", "model_prefix"),
+    "save_pieces": ("acc.sharded", "save_pieces"),
+    "ShardedReader": ("acc.sharded", "ShardedReader"),
+    "model_prefix": ("acc.sharded", "model_prefix"),
     # nested structures of tensors
-    "apply": ("ops", "apply"),
+    "apply": ("acc.ops", "apply"),
     # models built sharded (acc_init_module): the build interface, the meta-device build, the usual splits
-    "ShardedBuild": ("sharded_build", "ShardedBuild"),
-    "MetaBuild": ("sharded_build", "MetaBuild"),
-    "dim0_split": ("sharded_build", "dim0_split"),
-    "flat_split": ("sharded_build", "flat_split"),
+    "ShardedBuild": ("acc.sharded_build", "ShardedBuild"),
+    "MetaBuild": ("acc.sharded_build", "MetaBuild"),
+    "dim0_split": ("acc.sharded_build", "dim0_split"),
+    "flat_split": ("acc.sharded_build", "flat_split"),
     # torch.compile for a backend declaring Capabilities(compile="backend"): its units compiled in place
-    "compile_units": ("compiling", "compile_units"),
+    "compile_units": ("acc.compiling", "compile_units"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
-    from .compiling import compile_units
-    from .distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
+    from acc.checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
+    from acc.compiling import compile_units
+    from acc.distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
                               p2p_all_gather_into, p2p_reduce_scatter_sum)
-    from .ops import apply
-    from .sharded import ShardedReader, model_prefix, save_pieces
-    from .sharded_build import MetaBuild, ShardedBuild, dim0_split, flat_split
+    from acc.ops import apply
+    from acc.sharded import ShardedReader, model_prefix, save_pieces
+    from acc.sharded_build import MetaBuild, ShardedBuild, dim0_split, flat_split
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from . import _resolve_lazy
+        from acc import _resolve_lazy
 
         return _resolve_lazy(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.backend' has no attribute {name!r}; the SDK's names are listed in "

@@ -3,6 +3,6 @@ gives that very module, so `from acc.big_modeling import dispatch_model` is `acc
 
 import sys
 
-from . import big_model
+from acc import big_model
 
 sys.modules[__name__] = big_model

@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from . import hashed_io
-from .errors import AccError
+from acc import hashed_io
+from acc.errors import AccError
 
 MANIFEST = "manifest.json"
 FORMAT = "acc-checkpoint/2"  # /2: file checksums are BLAKE3 ("blake3"); /1 (acc 0.1) recorded sha256
@@ -274,7 +274,7 @@ def load_tensors(path: Path, device: Any = "cpu") -> dict[str, torch.Tensor]:
 
 def save_object(obj: Any, path: Path) -> None:
     """Write tensors (moved to the CPU, so the file loads on any device) and plain data with torch.save."""
-    from .ops import apply
+    from acc.ops import apply
 
     obj = apply(lambda t: t.detach().cpu() if t.device.type != "cpu" else t, obj)
     if not hashed_io.is_recording():
@@ -447,6 +447,6 @@ def _tuples(x: Any) -> Any:
 
 def _confine() -> Any:
     """acc.confine: entries are read only when they are regular files inside the checkpoint (no links out)."""
-    from . import confine
+    from acc import confine
 
     return confine

@@ -19,12 +19,12 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .errors import ConfigError, LaunchError, PluginError, PluginLoadError, ValidationError
-from .hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.errors import ConfigError, LaunchError, PluginError, PluginLoadError, ValidationError
+from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
 
 if TYPE_CHECKING:
-    from .launch.plan import LaunchPlan
-    from .plugins import PluginInfo
+    from acc.launch.plan import LaunchPlan
+    from acc.plugins import PluginInfo
 
 CLUSTER_GROUP = "acc.clusters"
 # ClusterEnvironment field -> the kernel setting it provides
@@ -119,14 +119,14 @@ class ClusterEnvironment:
 
 def installed_clusters() -> dict[str, "PluginInfo"]:
     """Installed cluster-environment plugins by name (entry-point metadata only, nothing imported)."""
-    from .plugins import _discover
+    from acc.plugins import _discover
 
     return dict(sorted(_discover(CLUSTER_GROUP).items()))
 
 
 def cluster_manager(blocked: Iterable[str] = ()) -> Any:
     """A plugin manager with every installed cluster-environment plugin but the blocked ones (`-p no:NAME`)."""
-    from .plugins import new_plugin_manager, register
+    from acc.plugins import new_plugin_manager, register
 
     pm = new_plugin_manager()
     skip = set(blocked)
@@ -232,7 +232,7 @@ def kernel_problems(settings: Any, env: ClusterEnvironment | None) -> list[str]:
     restart them), and tasks that see fewer GPUs than the machine runs tasks (each takes cuda:<local rank>)."""
     if env is None or not env.per_process:
         return []
-    from .hardware import visible_cuda_devices
+    from acc.hardware import visible_cuda_devices
 
     out = []
     if settings["max_restarts"]:
@@ -254,7 +254,7 @@ DEFAULT_PORT = 29500
 def task_plan(plan: "LaunchPlan", env: ClusterEnvironment, settings: Any) -> "LaunchPlan":
     """The plan for one process the scheduler started (one task per process): engine `task`, this process becomes
     the worker, with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...) from the scheduler."""
-    from .launch.plan import Rendezvous
+    from acc.launch.plan import Rendezvous
 
     if plan.engine != "elastic":
         raise LaunchError(f"the {settings['backend']} backend starts its processes with the '{plan.engine}' engine, "

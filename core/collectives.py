@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import ops
+from acc import ops
 
 
 class CollectivesMixin:

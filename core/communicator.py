@@ -71,32 +71,32 @@ class TorchDistributed(Communicator):
     and third-party backends built on it answer `acc_communicator` with `TorchDistributed()`."""
 
     def all_reduce(self, tensor: Any, op: str) -> Any:
-        from . import distributed
+        from acc import distributed
 
         return distributed.all_reduce(tensor, op)
 
     def all_gather(self, tensor: Any) -> Any:
-        from . import distributed
+        from acc import distributed
 
         return distributed.all_gather(tensor)
 
     def gather_object(self, obj: Any) -> list[Any]:
-        from . import distributed
+        from acc import distributed
 
         return distributed.gather_object(obj)
 
     def broadcast(self, tensor: Any, src: int) -> Any:
-        from . import distributed
+        from acc import distributed
 
         return distributed.broadcast(tensor, src)
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
-        from . import distributed
+        from acc import distributed
 
         return distributed.broadcast_object(obj, src)[0]
 
     def barrier(self) -> None:
-        from . import distributed
+        from acc import distributed
 
         distributed.barrier()
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .capabilities import COMPILE_MODELS
-from .errors import AccError
+from acc.capabilities import COMPILE_MODELS
+from acc.errors import AccError
 
 
 def compile_options(ctx: Any) -> dict[str, Any] | None:
@@ -42,7 +42,7 @@ def regional(ctx: Any) -> bool:
 
 
 def _plugin(ctx: Any) -> Any:
-    from .plugin_dataclasses import TorchDynamoPlugin
+    from acc.plugin_dataclasses import TorchDynamoPlugin
 
     return ctx.handler(TorchDynamoPlugin)
 

@@ -30,8 +30,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .errors import ConfigError, did_you_mean
-from .settings import CORE_OWNER, Setting, SettingsRegistry
+from acc.errors import ConfigError, did_you_mean
+from acc.settings import CORE_OWNER, Setting, SettingsRegistry
 
 PROJECT_FILE = "acc.toml"
 
@@ -71,7 +71,7 @@ class ConfigFile:
                               f"{exc.start}); a config file is TOML (or an Accelerate YAML config) written in "
                               "UTF-8") from None
         if is_accelerate_config(path, text):
-            from . import accelerate_compat
+            from acc import accelerate_compat
 
             try:
                 converted = accelerate_compat.read_config(path, label, text)

@@ -75,7 +75,7 @@ def inside(directory: str | os.PathLike, name: object, listed_in: str | os.PathL
     naming the entry (and the manifest or index that lists it, `listed_in`) otherwise."""
     why = problem(directory, name)
     if why is not None:
-        from .checkpoint import CheckpointError
+        from acc.checkpoint import CheckpointError
 
         where = f" (listed in {listed_in})" if listed_in is not None else ""
         raise CheckpointError(f"{directory}: refused to read the entry {name!r}{where}: {why}; acc reads only "

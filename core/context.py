@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .settings import ResolvedSettings
+from acc.settings import ResolvedSettings
 
 
 @dataclass

@@ -3,8 +3,8 @@ samplers and `skip_first_batches` (see acc.data and acc.sharding for what they d
 
 from __future__ import annotations
 
-from .data import PreparedDataLoader, skip_first_batches
-from .sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
+from acc.data import PreparedDataLoader, skip_first_batches
+from acc.sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
 
 DataLoaderShard = PreparedDataLoader
 DataLoaderDispatcher = PreparedDataLoader  # dispatching is a mode of the same loader (DataLoaderConfiguration)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import hardware
+from acc import hardware
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def choose(answers: list[Detection], installed: set[str], environ: Mapping[str, 
 
 def detect(settings: Any, environ: Mapping[str, str] | None = None) -> tuple[Detection, str]:
     """Ask every installed backend (torch-free) and choose."""
-    from .plugins import detection_manager
+    from acc.plugins import detection_manager
 
     pm, installed = detection_manager()
     answers = [a for a in pm.hook.acc_detect(settings=settings) if a is not None]

@@ -11,47 +11,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import RunContext
-from .hookspecs import hookimpl
+from acc.context import RunContext
+from acc.hookspecs import hookimpl
 
 
 @hookimpl
 def acc_all_reduce(ctx: RunContext, tensor: Any, op: str) -> Any:
-    from . import distributed
+    from acc import distributed
 
     return distributed.all_reduce(tensor, op)
 
 
 @hookimpl
 def acc_all_gather(ctx: RunContext, tensor: Any) -> Any:
-    from . import distributed
+    from acc import distributed
 
     return distributed.all_gather(tensor)
 
 
 @hookimpl
 def acc_gather_object(ctx: RunContext, obj: Any) -> list:
-    from . import distributed
+    from acc import distributed
 
     return distributed.gather_object(obj)
 
 
 @hookimpl
 def acc_broadcast(ctx: RunContext, tensor: Any, src: int) -> Any:
-    from . import distributed
+    from acc import distributed
 
     return distributed.broadcast(tensor, src)
 
 
 @hookimpl
 def acc_broadcast_object(ctx: RunContext, obj: Any, src: int) -> list:
-    from . import distributed
+    from acc import distributed
 
     return distributed.broadcast_object(obj, src)
 
 
 @hookimpl
 def acc_barrier(ctx: RunContext) -> bool:
-    from . import distributed
+    from acc import distributed
 
     return distributed.barrier()

@@ -26,7 +26,7 @@ def _override(environ: Mapping[str, str] | None) -> dict[str, Any]:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        from .errors import ConfigError
+        from acc.errors import ConfigError
 
         raise ConfigError(f"{OVERRIDE_ENV}={text!r} is not a JSON object such as '{{\"cuda\": 2}}' or '{{\"mps\": true}}'")
     return data

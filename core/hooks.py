@@ -50,7 +50,7 @@ def _as_device(device: Any) -> torch.device:
 
 def send_to_device(data: Any, device: Any, skip_keys: str | list[str] | None = None) -> Any:
     """`data` on `device` (acc.ops.send_to_device); values under `skip_keys` of a mapping stay where they are."""
-    from .ops import send_to_device as send
+    from acc.ops import send_to_device as send
 
     skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or ())
     if skip and isinstance(data, Mapping):
@@ -275,13 +275,13 @@ class AlignDevicesHook(ModelHook):
                 f"place_submodules={self.place_submodules}, skip_keys={self.skip_keys!r})")
 
     def _tensors(self, module: nn.Module, include_buffers: bool = True, remove_non_persistent: bool = False) -> list:
-        from .utils.modeling import named_module_tensors
+        from acc.utils.modeling import named_module_tensors
 
         return list(named_module_tensors(module, include_buffers=include_buffers, recurse=self.place_submodules,
                                          remove_non_persistent=remove_non_persistent))
 
     def init_hook(self, module: nn.Module) -> nn.Module:
-        from .utils.modeling import get_non_persistent_buffers, set_module_tensor_to_device
+        from acc.utils.modeling import get_non_persistent_buffers, set_module_tensor_to_device
 
         if self.execution_device is not None and str(self.execution_device) == "meta":
             self.tied_params_map = None  # data pointers of meta tensors are all 0
@@ -306,7 +306,7 @@ class AlignDevicesHook(ModelHook):
         return module
 
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
-        from .utils.modeling import set_module_tensor_to_device
+        from acc.utils.modeling import set_module_tensor_to_device
 
         if self.io_same_device:
             self.input_device = _find_device([args, kwargs])
@@ -326,7 +326,7 @@ class AlignDevicesHook(ModelHook):
                 send_to_device(kwargs, self.execution_device, skip_keys=self.skip_keys))
 
     def _release(self, module: nn.Module) -> None:
-        from .utils.modeling import set_module_tensor_to_device
+        from acc.utils.modeling import set_module_tensor_to_device
 
         for name, _ in self._tensors(module, self.offload_buffers, remove_non_persistent=True):
             set_module_tensor_to_device(module, name, "meta")
@@ -346,7 +346,7 @@ class AlignDevicesHook(ModelHook):
             self._release(module)
 
     def detach_hook(self, module: nn.Module) -> nn.Module:
-        from .utils.modeling import set_module_tensor_to_device
+        from acc.utils.modeling import set_module_tensor_to_device
 
         if self.offload:
             for name, device in self.original_devices.items():
@@ -377,7 +377,7 @@ def attach_align_device_hook(module: nn.Module, execution_device: torch.device |
                              tied_params_map: dict | None = None) -> None:
     """An `AlignDevicesHook` on every submodule that has tensors of its own (a `preload_module_classes`
     module gets one for its whole subtree); `weights_map` is keyed by full names from `module_name`."""
-    from .utils.modeling import named_module_tensors
+    from acc.utils.modeling import named_module_tensors
 
     full_offload = offload and preload_module_classes is not None and \
         type(module).__name__ in preload_module_classes
@@ -471,7 +471,7 @@ class CpuOffload(ModelHook):
             previous = next(self.prev_module_hook.model.parameters(), None)
             if previous is not None and previous.device != torch.device("cpu"):
                 self.prev_module_hook.offload()
-                from .utils.memory import clear_device_cache
+                from acc.utils.memory import clear_device_cache
 
                 clear_device_cache()
         current = next(module.parameters(), None)

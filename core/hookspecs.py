@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any, ContextManager, Mapping
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .capabilities import Capabilities
-    from .cluster import ClusterEnvironment
-    from .communicator import Communicator
-    from .context import ProcessInfo, RunContext
-    from .detection import Detection
-    from .launch.plan import LaunchPlan
-    from .settings import ResolvedSettings, ScopedRegistry
-    from .sharded_build import ShardedBuild
+    from acc.capabilities import Capabilities
+    from acc.cluster import ClusterEnvironment
+    from acc.communicator import Communicator
+    from acc.context import ProcessInfo, RunContext
+    from acc.detection import Detection
+    from acc.launch.plan import LaunchPlan
+    from acc.settings import ResolvedSettings, ScopedRegistry
+    from acc.sharded_build import ShardedBuild
 
 PROJECT = "acc"
 HOOKSPEC_VERSION = 2

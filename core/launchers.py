@@ -27,8 +27,8 @@ import sys
 import threading
 from typing import Any, Callable, Mapping
 
-from .errors import AccError, ConfigError, LaunchError, did_you_mean
-from .launch.plan import Target
+from acc.errors import AccError, ConfigError, LaunchError, did_you_mean
+from acc.launch.plan import Target
 
 __all__ = ["WorkerFailedError", "debug_launcher", "launch", "notebook_launcher"]
 
@@ -195,7 +195,7 @@ def _port(value: Any, caller: str) -> int:
 def _launch(fn: Callable[..., Any], args: tuple, given: Mapping[str, tuple[Any, str]],
             defaults: Mapping[str, tuple[Any, str]], *, config_file: str | None = None, return_all: bool = False,
             dry_run: bool = False, agent: Mapping[str, Any] | None = None, caller: str) -> Any:
-    from .launch import orchestrate
+    from acc.launch import orchestrate
 
     if not callable(fn):
         raise TypeError(f"{caller}: expected a function to run, got {type(fn).__name__}")
@@ -208,7 +208,7 @@ def _launch(fn: Callable[..., Any], args: tuple, given: Mapping[str, tuple[Any, 
         plan.rendezvous = dataclasses.replace(plan.rendezvous, run_id=agent["run_id"])
     target = _FunctionTarget(_qualified_name(fn))
     if dry_run:
-        from .cli.launch import describe
+        from acc.cli.launch import describe
 
         text = describe(assembly, plan, target)
         if plan.engine == "elastic":
@@ -246,7 +246,7 @@ def _resolve(given: Mapping[str, tuple[Any, str]], defaults: Mapping[str, tuple[
              config_file: str | None, caller: str) -> Any:
     """The assembly for these arguments: kernel settings first (they choose the backend and the plugins), then the
     chosen plugins' own; each argument's source names the argument."""
-    from .assembly import _core_registry, assemble
+    from acc.assembly import _core_registry, assemble
 
     core = _core_registry()
     for name, (value, label) in given.items():
@@ -338,10 +338,10 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from .launch import elastic, fork
+    from acc.launch import elastic, fork
 
     method, why = _start_method(env.get(elastic.START_METHOD_ENV, "auto"), plan.max_restarts, fn, args, caller)
-    from .launch import worker_memory
+    from acc.launch import worker_memory
 
     if method == "fork" and worker_memory.forked_without_huge_pages(env):
         print(f"{caller}: note: worker_memory='release': workers forked from this interpreter return freed tensors "
@@ -352,7 +352,7 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
     log_dir = env.get(elastic.LOG_DIR_ENV) or tempfile.mkdtemp(prefix="acc-logs-")
     store = None
     if plan.num_machines == 1:  # the store on loopback (or listen_address), as acc launch: held until the end
-        from .launch import listen
+        from acc.launch import listen
 
         plan, store = listen.serve_one_machine(plan)
     config = elastic.launch_config(plan, log_dir, env.get(elastic.TEE_ENV, "") == "1", method,
@@ -423,7 +423,7 @@ def _roll_call(plan: Any, caller: str) -> Any:
     which one holds the main process, then exchange heartbeats (a lost machine stops this one's workers)."""
     if plan.num_machines == 1:
         return None
-    from .launch.machines import Machines, RendezvousTimeout
+    from acc.launch.machines import Machines, RendezvousTimeout
 
     machines = Machines(plan)
     try:
@@ -499,7 +499,7 @@ def _failure(exc: Any, log_dirs: Mapping[int, Any], exits: Mapping[int, int], ca
              lost: str | None = None) -> WorkerFailedError:
     """The report `acc launch` prints, as an exception with the first failure's rank and traceback (`lost`: the
     machine whose loss made the workers here fail)."""
-    from .launch import elastic
+    from acc.launch import elastic
 
     failures = elastic._with_recorded(exc.failures, dict(log_dirs), dict(exits))
     root = elastic._root_rank(failures)
@@ -528,7 +528,7 @@ def _start_method(asked: str, max_restarts: int, fn: Any, args: tuple, caller: s
                               "there" + (", or launch without max_restarts" if max_restarts else
                                          ", or leave start_method at auto (fork)"))
         return "spawn", why
-    from .launch.fork import preload
+    from acc.launch.fork import preload
 
     preload()
     reason = _cuda_initialised(caller)

@@ -45,7 +45,7 @@ def record_error(etype: type, value: BaseException, tb: Any) -> None:
 
 
 def _formatted(etype: type, value: BaseException, tb: Any) -> str:
-    from .tracebacks import format_exception
+    from acc.tracebacks import format_exception
 
     if value is None or value.__traceback__ is not tb:
         return "".join(traceback.format_exception(etype, value, tb))

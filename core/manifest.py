@@ -50,7 +50,7 @@ def build(settings: Mapping[str, Any], sources: Mapping[str, str], plugins: Mapp
           command: list[str], world: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The manifest as JSON-ready data. `plugins` maps plugin name to (distribution, version). The command line and
     the settings' values are redacted (`acc.redact`): a `--hf_token hf_...` script argument is not recorded."""
-    from .redact import redact_argv, redact_data
+    from acc.redact import redact_argv, redact_data
 
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

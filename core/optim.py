@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from .context import LoopState
+from acc.context import LoopState
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,9 +18,9 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
-from .enums import DynamoBackend
-from .errors import AccError
-from .kwargs import KwargsHandler
+from acc.enums import DynamoBackend
+from acc.errors import AccError
+from acc.kwargs import KwargsHandler
 
 
 def _given(value: Any) -> bool:
@@ -202,7 +202,7 @@ class FullyShardedDataParallelPlugin:
 
     def to_settings(self) -> dict[str, object]:
         """The fsdp backend's settings these fields ask for (fields left at their defaults set nothing)."""
-        from .accelerate_compat import fsdp_settings
+        from acc.accelerate_compat import fsdp_settings
 
         no = _Refusals("FullyShardedDataParallelPlugin")
         given: dict[str, tuple[Any, str]] = {}

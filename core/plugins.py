@@ -16,9 +16,9 @@ from typing import Any, Iterable
 import importlib_metadata
 import pluggy
 
-from . import hookspecs
-from .errors import PluginConflictError, PluginError, PluginLoadError, PluginNotFoundError, did_you_mean
-from .settings import CORE_OWNER, SettingsRegistry, core_settings
+from acc import hookspecs
+from acc.errors import PluginConflictError, PluginError, PluginLoadError, PluginNotFoundError, did_you_mean
+from acc.settings import CORE_OWNER, SettingsRegistry, core_settings
 
 BACKEND_GROUP = "acc.backends"
 PLUGIN_GROUP = "acc.plugins"
@@ -48,7 +48,7 @@ class PluginInfo:
 
 
 def _core_version() -> str:
-    from ._version import __version__
+    from acc._version import __version__
 
     return __version__
 
@@ -285,7 +285,7 @@ def selection_caller(pm: pluggy.PluginManager, name: str) -> Any:
 def declared_capabilities(pm: pluggy.PluginManager, settings: Any) -> Any:
     """The chosen backend's promises (`acc_capabilities`). A backend that declares none (a version-1 backend) is
     taken for the common case, data parallel with gradients averaged every step (what acc 0.1 assumed of all)."""
-    from .capabilities import Capabilities
+    from acc.capabilities import Capabilities
 
     backend = settings["backend"]
     own = [i for i in pm.hook.acc_capabilities.get_hookimpls() if i.plugin_name == backend]

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import AccError
-from .ops import apply
-from .precision_support import warn_if_emulated
+from acc.errors import AccError
+from acc.ops import apply
+from acc.precision_support import warn_if_emulated
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

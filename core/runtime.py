@@ -13,15 +13,15 @@ from typing import Any, Mapping
 
 import pluggy
 
-from . import lifecycle
-from .assembly import Assembly, assemble_worker
-from .collectives import CollectivesMixin
-from .communicator import COLLECTIVES, HookCommunicator, LocalCommunicator, missing_collectives
-from .context import RunContext
-from .enums import DistributedType, as_distributed_type
-from .errors import AccError
-from .kwargs import InitProcessGroupKwargs
-from .plugins import BackendHooks, plugin_version
+from acc import lifecycle
+from acc.assembly import Assembly, assemble_worker
+from acc.collectives import CollectivesMixin
+from acc.communicator import COLLECTIVES, HookCommunicator, LocalCommunicator, missing_collectives
+from acc.context import RunContext
+from acc.enums import DistributedType, as_distributed_type
+from acc.errors import AccError
+from acc.kwargs import InitProcessGroupKwargs
+from acc.plugins import BackendHooks, plugin_version
 
 _CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
 
@@ -122,7 +122,7 @@ class Runtime(CollectivesMixin):
     @functools.cached_property
     def capabilities(self) -> Any:
         """The backend's declared promises (`acc_capabilities`, see acc.capabilities), as the launcher saw them."""
-        from .plugins import declared_capabilities
+        from acc.plugins import declared_capabilities
 
         return declared_capabilities(self._pm, self.ctx.settings)
 

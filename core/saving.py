@@ -24,11 +24,11 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from . import checkpoint as ckpt
-from . import hashed_io
-from . import manifest as run_manifest
-from .checkpoint import CheckpointError, ProjectConfiguration
-from .prepared import PreparedObjects
+from acc import checkpoint as ckpt
+from acc import hashed_io
+from acc import manifest as run_manifest
+from acc.checkpoint import CheckpointError, ProjectConfiguration
+from acc.prepared import PreparedObjects
 
 KERNEL_STATE = "kernel_state.pt"
 RNG_FILE = "rng_state_{rank}.pt"
@@ -252,7 +252,7 @@ class Checkpointer:
                 state = obj.state_dict()
             except Exception:  # noqa: BLE001  (an estimate only)
                 continue
-            from .ops import apply
+            from acc.ops import apply
 
             sizes: list[int] = []
 

@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from .errors import ConfigError, PluginError, did_you_mean
+from acc.errors import ConfigError, PluginError, did_you_mean
 
 if TYPE_CHECKING:
-    from .config import ConfigFile
+    from acc.config import ConfigFile
 
 CORE_OWNER = "acc"
 _TRUE = {"1", "true", "yes", "on"}

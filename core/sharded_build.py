@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .errors import AccError
+from acc.errors import AccError
 
 Split = Callable[[tuple[int, ...], int], tuple[int, int]]
 Call = tuple[nn.Module, str, dict[int, dict[str, Any]]]  # a module, its reset method, its subtree's parameters then
@@ -136,7 +136,7 @@ class MetaBuild(ShardedBuild):
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
-        from .big_model.empty import init_empty_weights
+        from acc.big_model.empty import init_empty_weights
 
         seen: dict[int, nn.Module] = {}
         children: set[int] = set()

@@ -12,8 +12,8 @@ import contextlib
 import functools
 from typing import Any, Callable, Iterator
 
-from . import runtime as _runtime
-from .enums import DistributedType
+from acc import runtime as _runtime
+from acc.enums import DistributedType
 
 
 def is_initialized() -> bool:
@@ -223,7 +223,7 @@ class GradientState:
     def _loop(self) -> Any:
         run = _runtime.current()
         if run is None:
-            from .context import LoopState
+            from acc.context import LoopState
 
             return LoopState()
         return run.ctx.loop

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .tracker_values import Unstorable, hyperparameters, scalar, split_values
-from .tracking import GeneralTracker, on_main_process
+from acc.tracker_values import Unstorable, hyperparameters, scalar, split_values
+from acc.tracking import GeneralTracker, on_main_process
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _NUMBERS = frozenset((int, float))
@@ -69,7 +69,7 @@ class JSONLinesTracker(GeneralTracker):
         else:  # pragma: no cover - a thousand runs started in one second by one process
             raise FileExistsError(f"no free run file name {stem}-N.jsonl in {directory}")
         self.path = path
-        from ._version import __version__
+        from acc._version import __version__
 
         self._write({"event": "run", "project": self.run_name, "run": path.stem, "time": time.time(),
                      "acc": __version__, "pid": os.getpid()})
@@ -145,7 +145,7 @@ class JSONLinesTracker(GeneralTracker):
             self._flushed = time.time()
 
     def _not_started(self) -> None:
-        from .tracking import _is_main_process
+        from acc.tracking import _is_main_process
 
         if self.main_process_only and not _is_main_process():
             return None

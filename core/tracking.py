@@ -22,9 +22,9 @@ import os
 import sys
 from typing import Any, Callable, Iterator, Mapping
 
-from .errors import PluginError, did_you_mean
-from .plugins import PluginInfo, _discover, module_available, plugin_requires
-from .tracker_values import NOT_SCALAR, Unstorable, describe, hyperparameters, scalar, split_values
+from acc.errors import PluginError, did_you_mean
+from acc.plugins import PluginInfo, _discover, module_available, plugin_requires
+from acc.tracker_values import NOT_SCALAR, Unstorable, describe, hyperparameters, scalar, split_values
 
 TRACKER_GROUP = "acc.trackers"
 BUILTIN_TRACKER = "jsonl"
@@ -44,7 +44,7 @@ def say(message: str) -> None:
 
 
 def _is_main_process() -> bool:
-    from . import runtime
+    from acc import runtime
 
     run = runtime.current()
     if run is not None:
@@ -110,7 +110,7 @@ _REGISTERED: dict[str, type] = {}  # register_tracker_class(): classes known by 
 
 def installed_trackers() -> dict[str, PluginInfo]:
     """Installed trackers by name (the built-in jsonl first), read from entry-point metadata without importing."""
-    from .plugins import _core_version
+    from acc.plugins import _core_version
 
     builtin = PluginInfo(BUILTIN_TRACKER, TRACKER_GROUP, BUILTIN_VALUE, "acc-core", _core_version())
     found = {k: v for k, v in sorted(_discover(TRACKER_GROUP).items()) if k != BUILTIN_TRACKER}
@@ -200,7 +200,7 @@ def register_tracker_class(tracker_class: type) -> None:
 
 def get_available_trackers() -> list:
     """Every installed tracker (Accelerate's function): LoggerType members where Accelerate has one, else names."""
-    from .enums import LoggerType
+    from acc.enums import LoggerType
 
     return [LoggerType(n) if n in LoggerType else n for n in installed_trackers()]
 
@@ -417,7 +417,7 @@ class Trackers:
             if not isinstance(config, Mapping) and hasattr(config, "__dict__"):
                 config = vars(config)  # an argparse.Namespace
             if isinstance(config, Mapping):  # no hf_token / api_key hyper-parameter reaches a tracker's files
-                from .redact import redact_data
+                from acc.redact import redact_data
 
                 config = redact_data(config)
             for tracker in list(self.trackers):
@@ -425,7 +425,7 @@ class Trackers:
         if self.trackers:
             # a script that ends without end_training, or with an exception, still closes them (their last lines
             # written): at its normal end (also in a forked worker), and at exit after a failure
-            from . import lifecycle
+            from acc import lifecycle
 
             def finish() -> None:  # holds this object: the script's own references may be gone by then
                 self.finish()
@@ -487,7 +487,7 @@ def __getattr__(name: str) -> Any:
     """Accelerate's tracker classes by their names (`from acc.tracking import TensorBoardTracker`), from the
     installed plugins; JSONLinesTracker is acc's own."""
     if name == "JSONLinesTracker":
-        from .tracker_jsonl import JSONLinesTracker
+        from acc.tracker_jsonl import JSONLinesTracker
 
         return JSONLinesTracker
     if name in _ACCELERATE_CLASSES:

@@ -21,7 +21,7 @@ whole model to the execution device at its forward (diffusers' model CPU offload
 
 from __future__ import annotations
 
-from ..hooks import (
+from acc.hooks import (
     AlignDevicesHook,
     CpuOffload,
     ModelHook,
@@ -34,7 +34,7 @@ from ..hooks import (
     remove_hook_from_module,
     remove_hook_from_submodules,
 )
-from .dispatch import (
+from acc.big_model.dispatch import (
     cpu_offload,
     cpu_offload_with_hook,
     disk_offload,
@@ -43,9 +43,9 @@ from .dispatch import (
     load_checkpoint_in_model,
     remove_hooks,
 )
-from .empty import init_empty_weights, init_on_device
-from .files import read_safetensors_index
-from .planner import (
+from acc.big_model.empty import init_empty_weights, init_on_device
+from acc.big_model.files import read_safetensors_index
+from acc.big_model.planner import (
     DeviceMap,
     DeviceMapError,
     check_device_map,
@@ -53,7 +53,7 @@ from .planner import (
     get_max_memory,
     infer_auto_device_map,
 )
-from .sizes import compute_module_sizes, largest_unit, parse_memory
+from acc.big_model.sizes import compute_module_sizes, largest_unit, parse_memory
 
 __all__ = [
     "AlignDevicesHook", "CpuOffload", "ModelHook", "SequentialHook", "UserCpuOffloadHook", "add_hook_to_module",

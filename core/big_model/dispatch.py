@@ -9,14 +9,14 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError
-from ..errors import AccError
-from ..hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
+from acc.checkpoint import CheckpointError
+from acc.errors import AccError
+from acc.hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
                      add_hook_to_module, send_to_device)
-from .files import OffloadFolder, TensorRecord, open_checkpoint
-from .planner import (DeviceMapError, check_device_map, execution_device, get_balanced_memory,
+from acc.big_model.files import OffloadFolder, TensorRecord, open_checkpoint
+from acc.big_model.planner import (DeviceMapError, check_device_map, execution_device, get_balanced_memory,
                       infer_auto_device_map, lookup)
-from .sizes import ModelTensors, _as_dtype
+from acc.big_model.sizes import ModelTensors, _as_dtype
 
 _OFFLOADED = "_acc_offloaded"  # model.__dict__: canonical tensor name -> where an offloaded tensor is kept
 _HOOKS = "_acc_hooks"  # model.__dict__: the (module, hook) pairs dispatch_model attached
@@ -151,8 +151,8 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
 
 def _builds_of(model: nn.Module) -> dict[int, Any]:
     """The parameters of `model` built under `accelerator.init_module()` by a sharding backend, with their build."""
-    from ..runtime import current
-    from ..sharded_build import owner_of
+    from acc.runtime import current
+    from acc.sharded_build import owner_of
 
     runtime = current()
     builds = getattr(runtime, "builds", None) or []

@@ -10,8 +10,8 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from ..errors import AccError, did_you_mean
-from .sizes import (ModelTensors, _as_dtype, _prefixes, atomic_units, compute_module_sizes, format_bytes, is_atomic,
+from acc.errors import AccError, did_you_mean
+from acc.big_model.sizes import (ModelTensors, _as_dtype, _prefixes, atomic_units, compute_module_sizes, format_bytes, is_atomic,
                     no_split_names, parse_memory, split_units)
 
 Device = Any  # an int (GPU index), "mps", "cpu" or "disk"

@@ -9,7 +9,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from ..errors import AccError
+from acc.errors import AccError
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}

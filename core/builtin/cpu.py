@@ -10,20 +10,20 @@ import contextlib
 import os
 from typing import Any
 
-from .. import hardware
-from ..capabilities import Capabilities
-from ..context import ProcessInfo, RunContext
-from ..errors import AccError
-from ..hookspecs import HOOKSPEC_VERSION, hookimpl
-from ..launch.plan import LaunchPlan
-from ..settings import ResolvedSettings
+from acc import hardware
+from acc.capabilities import Capabilities
+from acc.context import ProcessInfo, RunContext
+from acc.errors import AccError
+from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.launch.plan import LaunchPlan
+from acc.settings import ResolvedSettings
 
 ACC_HOOKSPEC_VERSION = HOOKSPEC_VERSION
 ACC_REQUIRES = ("torch",)
 
 
 def _multi_process_hint() -> str:
-    from ..plugins import installed_backends
+    from acc.plugins import installed_backends
 
     if "ddp" in installed_backends():
         return "use a multi-process backend, e.g. --backend ddp (installed)"
@@ -57,7 +57,7 @@ def device_description(settings: ResolvedSettings) -> str:
 
 @hookimpl(trylast=True)
 def acc_detect(settings: ResolvedSettings) -> Any:
-    from ..detection import Detection
+    from acc.detection import Detection
 
     cuda = hardware.visible_cuda_devices()
     reason = "one CUDA device found" if cuda == 1 else "no accelerator that another installed backend uses"
@@ -153,15 +153,15 @@ def acc_grad_scaler(ctx: RunContext, kwargs: dict) -> Any:
 
 @hookimpl(trylast=True)
 def acc_communicator(ctx: RunContext) -> Any:
-    from ..communicator import LocalCommunicator
+    from acc.communicator import LocalCommunicator
 
     return LocalCommunicator()
 
 
 @hookimpl(trylast=True)
 def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
-    from .. import checkpoint as ckpt
-    from ..hashed_io import run_concurrently
+    from acc import checkpoint as ckpt
+    from acc.hashed_io import run_concurrently
 
     if ctx.process_index != 0:  # every process holds the same replica: the main process writes it
         return []
@@ -180,7 +180,7 @@ def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
 
 @hookimpl(trylast=True)
 def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> None:
-    from .. import checkpoint as ckpt
+    from acc import checkpoint as ckpt
 
     for i, model in enumerate(models):
         path = ckpt.verify(directory, manifest, f"model_{i}.safetensors")
@@ -208,8 +208,8 @@ def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
 def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> list[str]:
     from safetensors import safe_open
 
-    from ..checkpoint import CheckpointError, save_tensors, verify
-    from ..sharded import META_KEY, ShardedReader, model_prefix
+    from acc.checkpoint import CheckpointError, save_tensors, verify
+    from acc.sharded import META_KEY, ShardedReader, model_prefix
 
     pieces = []
     for name in sorted(manifest["files"]):

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from .._version import __version__
-from ..errors import AccError
+from acc._version import __version__
+from acc.errors import AccError
 
 
 class AccGroup(click.Group):
@@ -38,16 +38,16 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from .check import check
-    from .config import config
-    from .env import env
-    from .estimate import estimate_memory
-    from .launch import launch
-    from .merge import merge_weights
-    from .migrate import migrate
-    from .new_backend import new_backend
-    from .plot import plot
-    from .plugins import plugins
+    from acc.cli.check import check
+    from acc.cli.config import config
+    from acc.cli.env import env
+    from acc.cli.estimate import estimate_memory
+    from acc.cli.launch import launch
+    from acc.cli.merge import merge_weights
+    from acc.cli.migrate import migrate
+    from acc.cli.new_backend import new_backend
+    from acc.cli.plot import plot
+    from acc.cli.plugins import plugins
 
     cli.add_command(launch)
     cli.add_command(check)

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from ..launch.plan import Target
-from .launch import LaunchCommand, resolved_assembly
+from acc.launch.plan import Target
+from acc.cli.launch import LaunchCommand, resolved_assembly
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")
 
@@ -29,7 +29,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_values: Any) -> None:
-    from ..launch import orchestrate
+    from acc.launch import orchestrate
 
     assembly = resolved_assembly(ctx, setting_values, config_file)
     plan = orchestrate.make_plan(assembly)

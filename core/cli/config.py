@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from ..assembly import assemble
-from ..config import PROJECT_FILE, dump, user_config_path
-from ..settings import Setting
+from acc.assembly import assemble
+from acc.config import PROJECT_FILE, dump, user_config_path
+from acc.settings import Setting
 
 CORE_QUESTIONS = ("nproc", "mixed_precision", "num_machines")
 MULTI_MACHINE_QUESTIONS = ("machine_rank", "main_process_ip", "main_process_port")
@@ -84,7 +84,7 @@ def config(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     found = assemble(detect=True, config_file=None)
-    from ..plugins import installed_backends
+    from acc.plugins import installed_backends
 
     installed = list(installed_backends())
     if found.detection_line:
@@ -110,7 +110,7 @@ def config(ctx: click.Context, config_file: Path | None, project: bool) -> None:
 
 def _validate(flags: dict) -> None:
     """Refuse to write settings the chosen backend would refuse at launch."""
-    from ..launch import orchestrate
+    from acc.launch import orchestrate
 
     raw = {k: (",".join(v) if isinstance(v, list) else str(v)) for k, v in flags.items() if v is not None}
     orchestrate.make_plan(assemble(flags=raw))  # an AccError is shown by the CLI, exit 2, nothing written
@@ -135,7 +135,7 @@ def default(ctx: click.Context, config_file: Path | None, project: bool) -> None
 @click.pass_context
 def show(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     """Print every resolved setting with its source (flag, env, project file, user file, detected, default)."""
-    from .launch import settings_lines
+    from acc.cli.launch import settings_lines
 
     if config_file and project:
         raise click.UsageError("give either --config-file or --project, not both")
@@ -164,8 +164,8 @@ def import_(ctx: click.Context, source: Path, config_file: Path | None, project:
     --project / --config-file PATH. Accelerate's own default config is
     ~/.cache/huggingface/accelerate/default_config.yaml.
     """
-    from ..config import ConfigFile
-    from ..errors import ConfigError
+    from acc.config import ConfigFile
+    from acc.errors import ConfigError
 
     target = _chosen(ctx, config_file, project)
     if not source.is_file():

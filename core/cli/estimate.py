@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..errors import AccError, did_you_mean
+from acc.errors import AccError, did_you_mean
 
 DTYPES = (("float32", 4), ("float16/bfloat16", 2), ("int8", 1))
 FORMULA = ("training = weights + gradients + 2 Adam moments, each in the dtype: 4 x the parameters "
@@ -68,7 +68,7 @@ def _resolve(target: str) -> Any:
 def _build(target: str, obj: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     from torch import nn
 
-    from ..big_model import init_empty_weights
+    from acc.big_model import init_empty_weights
 
     if isinstance(obj, nn.Module):
         return obj
@@ -91,7 +91,7 @@ def _build(target: str, obj: Any, args: list[Any], kwargs: dict[str, Any]) -> An
 
 def estimate(target: str, args: tuple[str, ...] = (), no_split: tuple[str, ...] = ()) -> dict[str, Any]:
     """The figures `acc estimate-memory` prints, as a dict."""
-    from ..big_model import compute_module_sizes, largest_unit
+    from acc.big_model import compute_module_sizes, largest_unit
 
     positional, keywords = _arguments(args)
     model = _build(target, _resolve(target), positional, keywords)
@@ -111,7 +111,7 @@ def estimate(target: str, args: tuple[str, ...] = (), no_split: tuple[str, ...] 
 
 
 def _bytes(n: int | None) -> str:
-    from ..big_model.sizes import format_bytes
+    from acc.big_model.sizes import format_bytes
 
     return "-" if n is None else format_bytes(n)
 

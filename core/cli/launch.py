@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import click
 
-from ..assembly import Assembly, assemble
-from ..errors import ConfigError, LaunchError, PluginNotFoundError
-from ..launch.plan import ENGINES, LaunchPlan, Target
-from ..settings import Setting, SettingsRegistry
+from acc.assembly import Assembly, assemble
+from acc.errors import ConfigError, LaunchError, PluginNotFoundError
+from acc.launch.plan import ENGINES, LaunchPlan, Target
+from acc.settings import Setting, SettingsRegistry
 
 if TYPE_CHECKING:
-    from ..accelerate_compat import LaunchTranslation
+    from acc.accelerate_compat import LaunchTranslation
 
 _PEEK = {"--backend": "backend", "-p": "plugins", "--plugin": "plugins", "--config-file": "config_file"}
 _META_KEY = "acc.assembly"
@@ -32,7 +32,7 @@ _OWN_OPTIONS = ("--dry-run", "-m", "--module", "--no-python", "--config-file", "
 
 def _value_flags(settings: Iterable[Setting] | None = None) -> set[str]:
     """The flags that take a value: the kernel's, or those of `settings` (a loaded plugin set's registry)."""
-    from ..settings import core_settings
+    from acc.settings import core_settings
 
     return {flag for s in (core_settings() if settings is None else settings) if s.kind is not bool
             for flag in s.flags} | set(_PEEK)
@@ -40,7 +40,7 @@ def _value_flags(settings: Iterable[Setting] | None = None) -> set[str]:
 
 def _known_options(settings: Iterable[Setting] | None = None) -> set[str]:
     """Every option of `acc launch` (bools with their --no- form), for the kernel or a loaded plugin set."""
-    from ..settings import core_settings
+    from acc.settings import core_settings
 
     known = set(_OWN_OPTIONS)
     for s in core_settings() if settings is None else settings:
@@ -53,7 +53,7 @@ def _known_options(settings: Iterable[Setting] | None = None) -> set[str]:
 def _peek(args: list[str], takes_value: set[str] | None = None) -> dict[str, Any]:
     """--backend, -p and --config-file values given before the script (the rest is parsed by click)."""
     found: dict[str, Any] = {}
-    from ..accelerate_compat import EMITTED_VALUE_FLAGS
+    from acc.accelerate_compat import EMITTED_VALUE_FLAGS
 
     takes_value = (_value_flags() if takes_value is None else takes_value) | EMITTED_VALUE_FLAGS
     i = 0
@@ -97,8 +97,8 @@ class LaunchCommand(click.Command):
     """A click command whose options include those of the plugins chosen in its own arguments."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from .. import accelerate_compat
-        from ..accelerate_compat import translate_launch_args
+        from acc import accelerate_compat
+        from acc.accelerate_compat import translate_launch_args
 
         value_flags = _value_flags()
         translation = translate_launch_args(args, value_flags, _known_options())
@@ -145,7 +145,7 @@ class LaunchCommand(click.Command):
 def _backend_owning(flag: str, current: str) -> str | None:
     """The installed backend (other than `current`) whose settings include `flag`, if any (asked only when a
     flag is unknown: each backend's launcher side is loaded, torch-free)."""
-    from ..plugins import installed_backends
+    from acc.plugins import installed_backends
 
     for name in installed_backends():
         if name == current:
@@ -182,11 +182,11 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
     total over all machines; --multi_gpu/--use_fsdp/--use_deepspeed without a process count run one process
     per visible GPU, as `accelerate launch` does.
     """
-    from .. import accelerate_compat
-    from ..assembly import _cluster, _core_registry
-    from ..cluster import setting_values
-    from ..config import find_config_files
-    from ..settings import resolve
+    from acc import accelerate_compat
+    from acc.assembly import _cluster, _core_registry
+    from acc.cluster import setting_values
+    from acc.config import find_config_files
+    from acc.settings import resolve
 
     registry = _core_registry()
     flags: dict[str, Any] = {}
@@ -218,7 +218,7 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
     backend = translation.values.get("--backend")
     cpu = core["cpu"] or ("--cpu" in translation.typed and "--no-cpu" not in translation.typed)
     if translation.backend_flag and backend in ("ddp", "fsdp", "deepspeed") and machines == 1 and not cpu:
-        from ..hardware import visible_cuda_devices
+        from acc.hardware import visible_cuda_devices
 
         cuda = visible_cuda_devices()
         if cuda:
@@ -288,7 +288,7 @@ A backend's own options are listed by: acc launch --backend NAME --help
 @click.pass_context
 def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, config_file: str | None, script: str,
            script_args: tuple[str, ...], **setting_values: Any) -> None:
-    from ..launch import orchestrate
+    from acc.launch import orchestrate
 
     if is_module and no_python:
         raise ConfigError("-m/--module and --no-python exclude each other: a module is run by python")
@@ -296,7 +296,7 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
     target = Target(script, tuple(script_args), is_module, no_python)
     plan = orchestrate.make_plan(assembly)
     if not (dry_run or no_python) and assembly.settings["start_method"] != "spawn" and plan.engine != "pjrt":
-        from ..launch import worker_memory
+        from acc.launch import worker_memory
 
         worker_memory.reexec_for(assembly.settings["worker_memory"])  # forked workers inherit this allocator
     if assembly.detection_line and not dry_run:
@@ -312,12 +312,12 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
         return
     for note in notes:
         click.echo(f"acc: note: {note}", err=True)
-    from ..launch import preflight
+    from acc.launch import preflight
 
     if preflight.needed(plan):
         click.echo(f"acc launch: {preflight.run(plan, assembly.settings, assembly.cluster)}", err=True)
     if plan.engine == "task" and plan.env.get("RANK") == "0":  # the elastic engine says it once its store listens
-        from ..launch import listen
+        from acc.launch import listen
 
         click.echo(f"acc launch: listening: {listen.describe(plan, started=True)}", err=True)
     env = orchestrate.worker_environment(assembly, plan)
@@ -326,7 +326,7 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
         env["ACC_RUN_DIR"] = str(run_dir.resolve())
     env.update(orchestrate.logging_environment(assembly, run_dir))
     code = orchestrate.execute(plan, target, env)
-    from . import finish
+    from acc.cli import finish
 
     finish(code)
 
@@ -375,7 +375,7 @@ def launch_notes(ctx: click.Context, assembly: Assembly) -> list[str]:
 
 def settings_lines(assembly: Assembly) -> list[str]:
     """Every setting with its value and where it came from, and the config files read."""
-    from ..redact import redact_value
+    from acc.redact import redact_value
 
     s = assembly.settings
     lines = ["settings (value, then where it came from):"]
@@ -391,10 +391,10 @@ def settings_lines(assembly: Assembly) -> list[str]:
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
-    from ..launch import preflight
-    from ..launch.orchestrate import capabilities as orchestrate_capabilities
-    from ..redact import redact_shell
-    from ..tracking import describe_setting
+    from acc.launch import preflight
+    from acc.launch.orchestrate import capabilities as orchestrate_capabilities
+    from acc.redact import redact_shell
+    from acc.tracking import describe_setting
 
     s = assembly.settings
     lines = ["acc launch plan (dry run: nothing was started)"]
@@ -426,7 +426,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
         rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"
                      + (f" ({rdzv.why})" if rdzv.why else "")))
         if plan.engine in ("elastic", "task"):
-            from ..launch import listen
+            from acc.launch import listen
 
             rows.append(("listening", listen.describe(plan)))
         if plan.engine == "task":
@@ -451,7 +451,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     width = max(len(k) for k, _ in rows)
     lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
     lines += settings_lines(assembly)
-    from ..launch.orchestrate import environment_additions
+    from acc.launch.orchestrate import environment_additions
 
     extra = environment_additions(plan)
     if extra:

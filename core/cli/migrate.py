@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import AccError
+from acc.errors import AccError
 
 
 class MigrateInputError(AccError):
@@ -37,7 +37,7 @@ def migrate(scripts: tuple[str, ...], write: bool, as_json: bool, usage: Path | 
                  1 when some name is missing,
                  2 when a script cannot be read or parsed (nothing is checked or written then).
     """
-    from .. import migrate as m
+    from acc import migrate as m
 
     if usage is not None:
         if scripts or write:

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from ..errors import AccError
-from ..plugins import (
+from acc.errors import AccError
+from acc.plugins import (
     BUILTIN_BACKEND, PluginInfo, implemented_hooks, installed_backends, installed_plugins, module_available,
     plugin_requires,
 )
@@ -21,7 +21,7 @@ def _describe(info: PluginInfo) -> dict:
     except AccError as exc:
         row["error"] = str(exc)
         return row
-    from ..hookspecs import HOOKSPEC_VERSION, SUPPORTED_VERSIONS
+    from acc.hookspecs import HOOKSPEC_VERSION, SUPPORTED_VERSIONS
 
     row["requires"] = {name: module_available(name) for name in plugin_requires(module)}
     row["hooks"] = implemented_hooks(module)
@@ -40,7 +40,7 @@ def _describe(info: PluginInfo) -> dict:
 
 
 def _describe_tracker(info: PluginInfo) -> dict:
-    from ..tracking import load_tracker_class
+    from acc.tracking import load_tracker_class
 
     row: dict = {"name": info.name, "group": info.group, "distribution": info.distribution,
                  "version": info.version, "module": info.module}
@@ -60,7 +60,7 @@ def _mark_active(rows: list[dict]) -> None:
     """Say, on each cluster environment's row, whether its scheduler started this shell (and as what)."""
     import os
 
-    from ..cluster import cluster_manager, detect
+    from acc.cluster import cluster_manager, detect
 
     names = [r["name"] for r in rows if "error" not in r]
     try:
@@ -85,9 +85,9 @@ def _mark_active(rows: list[dict]) -> None:
 def plugins(as_json: bool) -> None:
     """List installed backends (entry points 'acc.backends'), plugins ('acc.plugins'), cluster environments
     ('acc.clusters') and trackers ('acc.trackers')."""
-    from ..tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
+    from acc.tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
 
-    from ..cluster import CLUSTER_GROUP, installed_clusters
+    from acc.cluster import CLUSTER_GROUP, installed_clusters
 
     rows = [_describe(i) for i in installed_backends().values()] + [_describe(i) for i in installed_plugins().values()]
     clusters = [_describe(i) for i in installed_clusters().values()]

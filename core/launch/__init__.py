@@ -8,7 +8,7 @@ import sys
 import types
 from typing import Any
 
-from .plan import ENGINES, LaunchPlan, Rendezvous, Target, elastic_plan
+from acc.launch.plan import ENGINES, LaunchPlan, Rendezvous, Target, elastic_plan
 
 __all__ = ["ENGINES", "LaunchPlan", "Rendezvous", "Target", "elastic_plan"]
 
@@ -18,14 +18,14 @@ class _CallablePackage(types.ModuleType):
     a function: calling it calls `acc.launchers.launch`."""
 
     def __call__(self, fn: Any, *args: Any, **settings: Any) -> Any:
-        from ..launchers import launch
+        from acc.launchers import launch
 
         return launch(fn, *args, **settings)
 
 
 def __getattr__(name: str) -> Any:
     if name == "__wrapped__":  # inspect.signature(acc.launch) and IPython's `acc.launch?` show launch's signature
-        from ..launchers import launch
+        from acc.launchers import launch
 
         return launch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

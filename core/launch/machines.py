@@ -29,7 +29,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from .plan import LaunchPlan
+from acc.launch.plan import LaunchPlan
 
 PREFIX = "acc-launch/"
 HEARTBEAT = 0.5  # seconds between two heartbeats of a launcher
@@ -75,8 +75,8 @@ class Machines:
         if self.rank == 0:  # listening on the chosen address only, never every interface unless asked (listen.py)
             from dataclasses import replace
 
-            from ..errors import LaunchError
-            from .listen import main_machine_address, open_store
+            from acc.errors import LaunchError
+            from acc.launch.listen import main_machine_address, open_store
 
             rdzv = self.plan.rendezvous
             if not rdzv.listen:  # the main address did not resolve when the plan was made: the checks waited for it
@@ -212,7 +212,7 @@ class Machines:
         """Report, stop every process this launcher started (SIGTERM, then SIGKILL) and exit 1."""
         import sys
 
-        from .elastic import _children
+        from acc.launch.elastic import _children
 
         print(f"acc launch: {self.lost}; the workers on this machine were stopped", file=sys.stderr, flush=True)
         pending = _descendants(os.getpid(), _children)

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from .. import cluster
-from ..assembly import LAUNCH_ENV, Assembly
-from ..capabilities import Capabilities
-from ..errors import LaunchError, ValidationError
-from ..plugins import declared_capabilities, module_available, plugin_requires
-from .plan import ENGINES, LaunchPlan, Target
+from acc import cluster
+from acc.assembly import LAUNCH_ENV, Assembly
+from acc.capabilities import Capabilities
+from acc.errors import LaunchError, ValidationError
+from acc.plugins import declared_capabilities, module_available, plugin_requires
+from acc.launch.plan import ENGINES, LaunchPlan, Target
 
 # engine -> module whose `execute(plan, target, env) -> int` runs it
 EXECUTORS = {
@@ -183,7 +183,7 @@ def environment_additions(plan: LaunchPlan, base: Mapping[str, str] | None = Non
 
 def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment every worker starts with: ours, the launch's additions, the resolved settings."""
-    from . import worker_memory
+    from acc.launch import worker_memory
 
     env = dict(os.environ if base is None else base)
     env.update(environment_additions(plan, base))
@@ -194,8 +194,8 @@ def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, 
 
 def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | None:
     """Write the run manifest into a new directory under `output_dir` (none when output_dir is '')."""
-    from .. import manifest
-    from ..redact import redact_shell
+    from acc import manifest
+    from acc.redact import redact_shell
 
     s = assembly.settings
     if not s["output_dir"]:

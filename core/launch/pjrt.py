@@ -16,7 +16,7 @@ import sys
 from types import TracebackType
 from typing import Mapping, Sequence
 
-from .plan import LaunchPlan, Target
+from acc.launch.plan import LaunchPlan, Target
 
 MODULE = "acc.launch.pjrt"
 

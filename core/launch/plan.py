@@ -114,7 +114,7 @@ def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | No
     """
     import os
 
-    from . import listen as listening
+    from acc.launch import listen as listening
 
     machines = settings["num_machines"]
     ip, port = settings["main_process_ip"], settings["main_process_port"]

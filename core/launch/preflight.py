@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from ..errors import LaunchError
-from .plan import LaunchPlan
+from acc.errors import LaunchError
+from acc.launch.plan import LaunchPlan
 
 ATTEMPT = 3.0  # seconds one connection attempt may take
 PAUSE = 0.5  # seconds between two attempts

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..accelerator import Accelerator
-from ..seed import set_seed
+from acc.accelerator import Accelerator
+from acc.seed import set_seed
 
 SAMPLES, BATCH = 50, 4
 TRAIN_SAMPLES = 128
@@ -87,7 +87,7 @@ def run_contract(out: Path) -> None:
     info = acc.ctx.process
     types["acc_setup"] = {"ok": info is not None and info.num_processes == world and 0 <= rank < world,
                           "device": str(acc.device)}
-    from ..sharded_build import ShardedBuild
+    from acc.sharded_build import ShardedBuild
 
     build = _record(types, "acc_init_module", lambda: acc._hooks.acc_init_module(ctx=acc.ctx, empty_init=None))
     if types["acc_init_module"]["ok"] and not (build is None or isinstance(build, ShardedBuild)):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import _resolve_lazy
-from ..kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
+from acc import _resolve_lazy
+from acc.kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 
 _IMPORTS = (  # acc.utils.imports: the is_*_available checks
     "is_4bit_bnb_available", "is_8bit_bnb_available", "is_aim_available", "is_bf16_available", "is_bnb_available",
@@ -31,104 +31,104 @@ _IMPORTS = (  # acc.utils.imports: the is_*_available checks
 )
 
 _LAZY = {
-    "set_seed": ("seed", "set_seed"),
-    "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
-    "send_to_device": ("ops", "send_to_device"),
+    "set_seed": ("acc.seed", "set_seed"),
+    "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
+    "send_to_device": ("acc.ops", "send_to_device"),
     # dataclasses: enumerations and the kwargs base class
-    "KwargsHandler": ("kwargs", "KwargsHandler"),
-    "ComputeEnvironment": ("enums", "ComputeEnvironment"),
-    "DDPCommunicationHookType": ("enums", "DDPCommunicationHookType"),
-    "DynamoBackend": ("enums", "DynamoBackend"),
-    "LoggerType": ("enums", "LoggerType"),
-    "PrecisionType": ("enums", "PrecisionType"),
-    "RNGType": ("enums", "RNGType"),
+    "KwargsHandler": ("acc.kwargs", "KwargsHandler"),
+    "ComputeEnvironment": ("acc.enums", "ComputeEnvironment"),
+    "DDPCommunicationHookType": ("acc.enums", "DDPCommunicationHookType"),
+    "DynamoBackend": ("acc.enums", "DynamoBackend"),
+    "LoggerType": ("acc.enums", "LoggerType"),
+    "PrecisionType": ("acc.enums", "PrecisionType"),
+    "RNGType": ("acc.enums", "RNGType"),
     # environment
-    "are_libraries_initialized": ("utils.environment", "are_libraries_initialized"),
-    "clear_environment": ("utils.environment", "clear_environment"),
-    "get_int_from_env": ("utils.environment", "get_int_from_env"),
-    "parse_choice_from_env": ("utils.environment", "parse_choice_from_env"),
-    "parse_flag_from_env": ("utils.environment", "parse_flag_from_env"),
-    "patch_environment": ("utils.environment", "patch_environment"),
-    "str_to_bool": ("utils.environment", "str_to_bool"),
+    "are_libraries_initialized": ("acc.utils.environment", "are_libraries_initialized"),
+    "clear_environment": ("acc.utils.environment", "clear_environment"),
+    "get_int_from_env": ("acc.utils.environment", "get_int_from_env"),
+    "parse_choice_from_env": ("acc.utils.environment", "parse_choice_from_env"),
+    "parse_flag_from_env": ("acc.utils.environment", "parse_flag_from_env"),
+    "patch_environment": ("acc.utils.environment", "patch_environment"),
+    "str_to_bool": ("acc.utils.environment", "str_to_bool"),
     # imports
-    **{name: ("utils.imports", name) for name in _IMPORTS},
+    **{name: ("acc.utils.imports", name) for name in _IMPORTS},
     # versions
-    "compare_versions": ("utils.versions", "compare_versions"),
-    "is_torch_version": ("utils.versions", "is_torch_version"),
+    "compare_versions": ("acc.utils.versions", "compare_versions"),
+    "is_torch_version": ("acc.utils.versions", "is_torch_version"),
     # memory
-    "clear_device_cache": ("utils.memory", "clear_device_cache"),
-    "find_executable_batch_size": ("utils.memory", "find_executable_batch_size"),
-    "release_memory": ("utils.memory", "release_memory"),
-    "should_reduce_batch_size": ("utils.memory", "should_reduce_batch_size"),
+    "clear_device_cache": ("acc.utils.memory", "clear_device_cache"),
+    "find_executable_batch_size": ("acc.utils.memory", "find_executable_batch_size"),
+    "release_memory": ("acc.utils.memory", "release_memory"),
+    "should_reduce_batch_size": ("acc.utils.memory", "should_reduce_batch_size"),
     # operations
-    "convert_outputs_to_fp32": ("utils.operations", "convert_outputs_to_fp32"),
-    "convert_to_fp32": ("utils.operations", "convert_to_fp32"),
-    "find_batch_size": ("utils.operations", "find_batch_size"),
-    "find_device": ("utils.operations", "find_device"),
-    "honor_type": ("utils.operations", "honor_type"),
-    "ignorant_find_batch_size": ("utils.operations", "ignorant_find_batch_size"),
-    "is_namedtuple": ("utils.operations", "is_namedtuple"),
-    "is_torch_tensor": ("utils.operations", "is_torch_tensor"),
-    "listify": ("utils.operations", "listify"),
-    "recursively_apply": ("utils.operations", "recursively_apply"),
-    **{name: ("utils.operations", name) for name in (
+    "convert_outputs_to_fp32": ("acc.utils.operations", "convert_outputs_to_fp32"),
+    "convert_to_fp32": ("acc.utils.operations", "convert_to_fp32"),
+    "find_batch_size": ("acc.utils.operations", "find_batch_size"),
+    "find_device": ("acc.utils.operations", "find_device"),
+    "honor_type": ("acc.utils.operations", "honor_type"),
+    "ignorant_find_batch_size": ("acc.utils.operations", "ignorant_find_batch_size"),
+    "is_namedtuple": ("acc.utils.operations", "is_namedtuple"),
+    "is_torch_tensor": ("acc.utils.operations", "is_torch_tensor"),
+    "listify": ("acc.utils.operations", "listify"),
+    "recursively_apply": ("acc.utils.operations", "recursively_apply"),
+    **{name: ("acc.utils.operations", name) for name in (
         "broadcast", "broadcast_object_list", "concatenate", "gather", "gather_object", "pad_across_processes",
         "reduce", "slice_tensors", "synchronize_rng_state", "synchronize_rng_states", "wait_for_everyone")},
     # the run's state and its configuration dataclasses
-    "DistributedType": ("enums", "DistributedType"),
-    "DataLoaderConfiguration": ("kwargs", "DataLoaderConfiguration"),
-    "GradientAccumulationPlugin": ("kwargs", "GradientAccumulationPlugin"),
-    "DeepSpeedPlugin": ("plugin_dataclasses", "DeepSpeedPlugin"),
-    "FullyShardedDataParallelPlugin": ("plugin_dataclasses", "FullyShardedDataParallelPlugin"),
-    "TorchDynamoPlugin": ("plugin_dataclasses", "TorchDynamoPlugin"),
-    "ProfileKwargs": ("plugin_dataclasses", "ProfileKwargs"),
+    "DistributedType": ("acc.enums", "DistributedType"),
+    "DataLoaderConfiguration": ("acc.kwargs", "DataLoaderConfiguration"),
+    "GradientAccumulationPlugin": ("acc.kwargs", "GradientAccumulationPlugin"),
+    "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("acc.plugin_dataclasses", "ProfileKwargs"),
     # deepspeed: the placeholders for a DeepSpeed config's optimizer and scheduler
-    "DummyOptim": ("utils.deepspeed", "DummyOptim"),
-    "DummyScheduler": ("utils.deepspeed", "DummyScheduler"),
-    "skip_first_batches": ("data", "skip_first_batches"),
+    "DummyOptim": ("acc.utils.deepspeed", "DummyOptim"),
+    "DummyScheduler": ("acc.utils.deepspeed", "DummyScheduler"),
+    "skip_first_batches": ("acc.data", "skip_first_batches"),
     # modeling (the device-map names are acc.big_model's)
-    "check_device_map": ("big_model", "check_device_map"),
-    "compute_module_sizes": ("big_model", "compute_module_sizes"),
-    "get_balanced_memory": ("big_model", "get_balanced_memory"),
-    "get_max_memory": ("big_model", "get_max_memory"),
-    "infer_auto_device_map": ("big_model", "infer_auto_device_map"),
-    "load_checkpoint_in_model": ("big_model", "load_checkpoint_in_model"),
-    "find_tied_parameters": ("utils.modeling", "find_tied_parameters"),
-    "get_max_layer_size": ("utils.modeling", "get_max_layer_size"),
-    "load_state_dict": ("utils.modeling", "load_state_dict"),
-    "named_module_tensors": ("utils.modeling", "named_module_tensors"),
-    "retie_parameters": ("utils.modeling", "retie_parameters"),
-    "set_module_tensor_to_device": ("utils.modeling", "set_module_tensor_to_device"),
-    "PrefixedDataset": ("hooks", "PrefixedDataset"),
+    "check_device_map": ("acc.big_model", "check_device_map"),
+    "compute_module_sizes": ("acc.big_model", "compute_module_sizes"),
+    "get_balanced_memory": ("acc.big_model", "get_balanced_memory"),
+    "get_max_memory": ("acc.big_model", "get_max_memory"),
+    "infer_auto_device_map": ("acc.big_model", "infer_auto_device_map"),
+    "load_checkpoint_in_model": ("acc.big_model", "load_checkpoint_in_model"),
+    "find_tied_parameters": ("acc.utils.modeling", "find_tied_parameters"),
+    "get_max_layer_size": ("acc.utils.modeling", "get_max_layer_size"),
+    "load_state_dict": ("acc.utils.modeling", "load_state_dict"),
+    "named_module_tensors": ("acc.utils.modeling", "named_module_tensors"),
+    "retie_parameters": ("acc.utils.modeling", "retie_parameters"),
+    "set_module_tensor_to_device": ("acc.utils.modeling", "set_module_tensor_to_device"),
+    "PrefixedDataset": ("acc.hooks", "PrefixedDataset"),
     # other
-    "clean_state_dict_for_safetensors": ("utils.other", "clean_state_dict_for_safetensors"),
-    "convert_bytes": ("utils.other", "convert_bytes"),
-    "extract_model_from_parallel": ("utils.other", "extract_model_from_parallel"),
-    "get_pretty_name": ("utils.other", "get_pretty_name"),
-    "has_compiled_regions": ("utils.other", "has_compiled_regions"),
-    "is_compiled_module": ("utils.other", "is_compiled_module"),
-    "is_port_in_use": ("utils.other", "is_port_in_use"),
-    "load": ("utils.other", "load"),
-    "merge_dicts": ("utils.other", "merge_dicts"),
-    "recursive_getattr": ("utils.other", "recursive_getattr"),
-    "save": ("utils.other", "save"),
-    "write_basic_config": ("utils.other", "write_basic_config"),
+    "clean_state_dict_for_safetensors": ("acc.utils.other", "clean_state_dict_for_safetensors"),
+    "convert_bytes": ("acc.utils.other", "convert_bytes"),
+    "extract_model_from_parallel": ("acc.utils.other", "extract_model_from_parallel"),
+    "get_pretty_name": ("acc.utils.other", "get_pretty_name"),
+    "has_compiled_regions": ("acc.utils.other", "has_compiled_regions"),
+    "is_compiled_module": ("acc.utils.other", "is_compiled_module"),
+    "is_port_in_use": ("acc.utils.other", "is_port_in_use"),
+    "load": ("acc.utils.other", "load"),
+    "merge_dicts": ("acc.utils.other", "merge_dicts"),
+    "recursive_getattr": ("acc.utils.other", "recursive_getattr"),
+    "save": ("acc.utils.other", "save"),
+    "write_basic_config": ("acc.utils.other", "write_basic_config"),
     # fsdp_utils
-    "merge_fsdp_weights": ("utils.fsdp_utils", "merge_fsdp_weights"),
+    "merge_fsdp_weights": ("acc.utils.fsdp_utils", "merge_fsdp_weights"),
     # tqdm (the function; acc.utils has no `tqdm` submodule that could shadow it)
-    "tqdm": ("utils._tqdm", "tqdm"),
+    "tqdm": ("acc.utils._tqdm", "tqdm"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint import ProjectConfiguration
-    from ..ops import send_to_device
-    from ..seed import set_seed
+    from acc.checkpoint import ProjectConfiguration
+    from acc.ops import send_to_device
+    from acc.seed import set_seed
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return _resolve_lazy(globals(), _LAZY, name)
-    from ..errors import did_you_mean
+    from acc.errors import did_you_mean
 
     raise AttributeError(f"module 'acc.utils' has no attribute {name!r}{did_you_mean(name, list(_LAZY))} (acc keeps "
                          f"{len(__all__)} of the accelerate.utils names, listed in acc.utils.__all__; the rest of the "

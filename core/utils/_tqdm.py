@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .imports import is_tqdm_available
+from acc.utils.imports import is_tqdm_available
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:

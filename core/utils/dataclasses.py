@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..enums import (
+from acc.enums import (
     BaseEnum,
     ComputeEnvironment,
     DDPCommunicationHookType,
@@ -16,7 +16,7 @@ from ..enums import (
     PrecisionType,
     RNGType,
 )
-from ..kwargs import (
+from acc.kwargs import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -25,17 +25,17 @@ from ..kwargs import (
 )
 
 _LAZY = {
-    "ProjectConfiguration": ("checkpoint", "ProjectConfiguration"),
-    "DeepSpeedPlugin": ("plugin_dataclasses", "DeepSpeedPlugin"),
-    "FullyShardedDataParallelPlugin": ("plugin_dataclasses", "FullyShardedDataParallelPlugin"),
-    "TorchDynamoPlugin": ("plugin_dataclasses", "TorchDynamoPlugin"),
-    "ProfileKwargs": ("plugin_dataclasses", "ProfileKwargs"),
+    "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
+    "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("acc.plugin_dataclasses", "ProfileKwargs"),
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from .. import _resolve_lazy
+        from acc import _resolve_lazy
 
         return _resolve_lazy(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.utils.dataclasses' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from ..errors import AccError
+from acc.errors import AccError
 
 # the DummyScheduler made for an optimizer (a DummyOptim or a real one), so the backend that builds the engine
 # from the optimizer finds the scheduler's arguments too, whichever prepare call the scheduler comes in

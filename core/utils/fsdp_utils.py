@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..logging import get_logger
+from acc.logging import get_logger
 
 logger = get_logger(__name__)
 
@@ -28,7 +28,7 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
     The checkpoint is acc's (a `save_state` directory with its manifest; the first prepared model), not
     torch.distributed.checkpoint's: CheckpointError names what is wrong with another directory.
     """
-    from ..cli.merge import merge_weights
+    from acc.cli.merge import merge_weights
 
     checkpoint = Path(checkpoint_dir)
     output = Path(output_path)

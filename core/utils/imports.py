@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any
 
-from .environment import parse_flag_from_env, patch_environment, str_to_bool
-from .versions import compare_versions, is_torch_version
+from acc.utils.environment import parse_flag_from_env, patch_environment, str_to_bool
+from acc.utils.versions import compare_versions, is_torch_version
 
 
 def _is_package_available(pkg_name: str, metadata_name: str | None = None) -> bool:
@@ -228,7 +228,7 @@ def is_cuda_available() -> bool:
     """A CUDA device torch can use, asked without initialising CUDA (torch's NVML-based check)."""
     torch = _torch_if_imported()
     if torch is None:
-        from .. import hardware
+        from acc import hardware
 
         if hardware.visible_cuda_devices() == 0 or importlib.util.find_spec("torch") is None:
             return False
@@ -241,7 +241,7 @@ def is_mps_available(min_version: str = "1.12") -> bool:
     """Apple's GPU through torch.backends.mps."""
     torch = _torch_if_imported()
     if torch is None:
-        from .. import hardware
+        from acc import hardware
 
         if not hardware.is_apple_silicon() or importlib.util.find_spec("torch") is None:
             return False
@@ -352,7 +352,7 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
 def is_tpu_available(check_device: bool = True) -> bool:
     """A TPU through torch_xla (Accelerate's deprecated name for is_torch_xla_available(check_is_tpu=True));
     False without asking torch_xla when no TPU chip is on this host's PCI bus."""
-    from .. import hardware
+    from acc import hardware
 
     if check_device and hardware.tpu_devices() == 0:
         return False

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..big_model import (  # noqa: F401  (Accelerate's acc.utils.modeling names, acc.big_model's objects)
+from acc.big_model import (  # noqa: F401  (Accelerate's acc.utils.modeling names, acc.big_model's objects)
     check_device_map,
     compute_module_sizes,
     get_balanced_memory,
@@ -19,8 +19,8 @@ from ..big_model import (  # noqa: F401  (Accelerate's acc.utils.modeling names,
     infer_auto_device_map,
     load_checkpoint_in_model,
 )
-from .imports import is_npu_available
-from .memory import clear_device_cache
+from acc.utils.imports import is_npu_available
+from acc.utils.memory import clear_device_cache
 
 _EXACT_KINDS = ("torch.uint", "torch.int", "torch.bool")  # dtypes a dtype change never applies to
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..logging import get_logger
+from acc.logging import get_logger
 
 logger = get_logger(__name__)
 
@@ -68,7 +68,7 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
     too and, with `keep_torch_compile`, returned still compiled around the unwrapped model.
     `keep_fp32_wrapper=False` removes the mixed-precision forward (acc's autocast wrapper, or one made with
     `convert_outputs_to_fp32`). `recursive` also unwraps `.module` containers among the submodules."""
-    from ..precision import Precision
+    from acc.precision import Precision
 
     compiled = None
     if is_compiled_module(model):
@@ -124,7 +124,7 @@ def clean_state_dict_for_safetensors(state_dict: dict) -> dict:
 
 
 def _to_cpu_if_xla(obj: Any) -> Any:
-    from ..ops import apply
+    from acc.ops import apply
 
     return apply(lambda t: t.cpu() if t.device.type == "xla" else t, obj)
 
@@ -228,8 +228,8 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
     detection finds), plus `mixed_precision` ("no", "fp16" or "bf16"), to `save_location` (default: the
     user file, `~/.config/acc/config.toml`, which `acc launch` reads). An existing file is left alone:
     returns False; otherwise the path written."""
-    from ..cli.config import config
-    from ..config import dump, user_config_path
+    from acc.cli.config import config
+    from acc.config import dump, user_config_path
 
     path = Path(save_location) if save_location is not None else user_config_path()
     if path.exists():
