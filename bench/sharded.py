@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common import ACC, MEASURED, WORKLOADS, Result, alternate, bench_line, env_for_bench
-from acc.plugins import installed_backends
+from acc.assembly.plugins import installed_backends
 
 # label -> (launch flags, workload flags). Every launch (contender and its ddp baseline alike) runs with
 # --worker-memory release (freed tensors leave RSS at once, so the peak measures live memory) unless the label says

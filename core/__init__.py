@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acc._version import __version__
+from acc.compat import lazy_names, legacy_paths
+from acc.contract.version import __version__
 from acc.errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
-from acc.enums import DistributedType
-from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
-from acc.kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
+from acc.contract.enums import DistributedType
+from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.contract.kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
                      GradScalerKwargs, InitProcessGroupKwargs)
-from acc.launch.plan import LaunchPlan, Rendezvous
+from acc.contract.launch_plan import LaunchPlan, Rendezvous
 from acc.logging import get_logger
-from acc.context import ProcessInfo, RunContext
-from acc.settings import Setting
+from acc.contract.context import ProcessInfo, RunContext
+from acc.contract.settings import Setting
 
 _LAZY = {
     "Accelerator": ("acc.accelerator", "Accelerator"),
@@ -31,7 +32,7 @@ _LAZY = {
     "cpu_offload_with_hook": ("acc.big_model", "cpu_offload_with_hook"),
     "find_executable_batch_size": ("acc.utils.memory", "find_executable_batch_size"),
     "is_rich_available": ("acc.utils.imports", "is_rich_available"),
-    "DDPCommunicationHookType": ("acc.enums", "DDPCommunicationHookType"),
+    "DDPCommunicationHookType": ("acc.contract.enums", "DDPCommunicationHookType"),
     **{name: ("acc.launchers", name) for name in ("notebook_launcher", "debug_launcher", "WorkerFailedError")},
     "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
     "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
@@ -44,19 +45,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from acc.seed import set_seed
 
 
-def _resolve_lazy(namespace: dict[str, Any], table: dict[str, tuple[str, str]], name: str) -> Any:
-    """Import `<module>.<attr>` for `table[name]` and cache it in `namespace` (a module's globals)."""
-    import importlib
-
-    module, attr = table[name]
-    value = getattr(importlib.import_module(module), attr)
-    namespace[name] = value
-    return value
+legacy_paths.install()
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return _resolve_lazy(globals(), _LAZY, name)
+        return lazy_names.resolve(globals(), _LAZY, name)
+    moved = legacy_paths.module(f"acc.{name}")
+    if moved is not None:
+        return moved
     raise AttributeError(f"module 'acc' has no attribute {name!r}")
 
 

@@ -20,14 +20,14 @@ import torch
 
 import weakref
 
-from acc.assembly import Assembly
+from acc.assembly.choose import Assembly
 from acc.checkpoint import ProjectConfiguration
 from acc.collectives import CollectivesMixin
 from acc.data import DataSettings, PreparedDataLoader
 from acc.data import skip_first_batches as _skip_first_batches
-from acc.enums import DistributedType
+from acc.contract.enums import DistributedType
 from acc.errors import AccError
-from acc.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
+from acc.contract.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
 from acc.optim import AcceleratedOptimizer, AcceleratedScheduler
 from acc.precision import BackendStepper, Precision, check_supported
 from acc.runtime import Runtime
@@ -882,7 +882,7 @@ def _dataloader_config_settings(config: DataLoaderConfiguration) -> dict[str, An
 
 
 def _check_handlers(handlers: list) -> None:
-    from acc.kwargs import KwargsHandler
+    from acc.contract.kwargs import KwargsHandler
 
     seen: set[type] = set()
     for handler in handlers:

@@ -4,7 +4,7 @@ A backend imports this module and nothing else of acc (the rest of the kernel is
 any release; a test holds acc's own backends to it). Importing it is torch-free; the names that need torch
 (process groups, tensor files) import it when first touched.
 
-Contract (version 2, `HOOKSPEC_VERSION`): hook specs in `acc.hookspecs` (read them: each says when it is
+Contract (version 2, `HOOKSPEC_VERSION`): hook specs in `acc.contract.hookspecs` (read them: each says when it is
 called, on which ranks, and what the default does), implemented with `@hookimpl`; the collectives as one
 `Communicator` (`acc_communicator`); promises as `Capabilities` (`acc_capabilities`).
 
@@ -24,19 +24,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acc.capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
-from acc.communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
-from acc.context import LoopState, ProcessInfo, RunContext
-from acc.detection import Detection
-from acc.enums import DistributedType
+from acc.contract.capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
+from acc.contract.communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
+from acc.contract.context import LoopState, ProcessInfo, RunContext
+from acc.contract.detection import Detection
+from acc.contract.enums import DistributedType
 from acc.errors import AccError, ConfigError, ValidationError
-from acc.hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
-from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
-from acc.kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
+from acc.assembly.hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
+from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.contract.kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
                      KwargsHandler)
-from acc.launch.plan import LaunchPlan, Rendezvous, elastic_plan
-from acc.plugins import module_available
-from acc.settings import ResolvedSettings, Setting
+from acc.contract.launch_plan import LaunchPlan, Rendezvous, elastic_plan
+from acc.assembly.plugins import module_available
+from acc.contract.settings import ResolvedSettings, Setting
 from acc.utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for
 
 # name -> (module under acc, attribute): imported (with torch) when first touched
@@ -83,9 +83,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from acc import _resolve_lazy
+        from acc.compat import lazy_names
 
-        return _resolve_lazy(globals(), _LAZY, name)
+        return lazy_names.resolve(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.backend' has no attribute {name!r}; the SDK's names are listed in "
                          "acc.backend.__all__ (and docs/backends.md)")
 

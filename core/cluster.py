@@ -1,4 +1,4 @@
-"""Cluster environments: what a scheduler already knows about a launch, so nobody types it again.
+"""acc's cluster-environment SDK: what a scheduler already knows about a launch, so nobody types it again.
 
 A cluster environment is a plugin in the entry-point group `acc.clusters` that implements
 `acc_cluster_environment(environ, hostname)` (launcher side, torch-free) and answers, when its scheduler started
@@ -7,273 +7,33 @@ where the scheduler started every training process itself (one task per process)
 this process's ranks. acc-core knows no scheduler: SLURM, Kubeflow/torchrun-style variables, LSF and MPI are the
 plugins of `acc-clusters` (plugins/clusters); anyone can publish another.
 
-This module is what a cluster-environment plugin imports (`from acc.cluster import ClusterEnvironment, hookimpl`)
-and what the kernel uses to ask them: `detect` (which environment is active), `setting_values` (its values as a
-source of the settings chain: flag > env > cluster > file > default), `contradictions` (a flag or variable that
-disagrees with the scheduler), `task_plan` (one task per process: this process becomes one worker).
+A plugin imports this module and nothing else of acc: `from acc.cluster import ClusterEnvironment, ClusterError,
+hookimpl`. The kernel's side (asking the plugins: `detect`, `setting_values`, `contradictions`, `check`,
+`kernel_problems`, `task_plan`) lives in `acc.assembly.clusters` and is handed on here by name.
 """
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from acc.errors import ConfigError, LaunchError, PluginError, PluginLoadError, ValidationError
-from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
-
-if TYPE_CHECKING:
-    from acc.launch.plan import LaunchPlan
-    from acc.plugins import PluginInfo
-
-CLUSTER_GROUP = "acc.clusters"
-# ClusterEnvironment field -> the kernel setting it provides
-SETTINGS = {"num_machines": "num_machines", "machine_rank": "machine_rank", "main_address": "main_process_ip",
-            "main_port": "main_process_port", "nproc": "nproc"}
-# the allocation's facts: a flag or variable may not say otherwise. Where machine 0 listens is a choice (a flag
-# or ACC_* variable may name another interface of it, or another port), so it is overridden, not contradicted.
-FACTS = ("num_machines", "machine_rank", "nproc")
+from acc.compat import lazy_names
+from acc.contract.cluster import CLUSTER_GROUP, ClusterEnvironment, ClusterError
+from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
 
 
-class ClusterError(ConfigError):
-    """The scheduler's variables are there but cannot describe a launch (the message names them and the fix)."""
+_LAZY = {name: ("acc.assembly.clusters", name) for name in (
+    "check", "cluster_manager", "contradictions", "detect", "installed_clusters", "kernel_problems", "setting_values",
+    "task_plan")}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from acc.assembly.clusters import (check, cluster_manager, contradictions, detect, installed_clusters,
+                                       kernel_problems, setting_values, task_plan)
 
 
-@dataclass(frozen=True)
-class ClusterEnvironment:
-    """A scheduler's facts about this launch, as one cluster-environment plugin read them.
-
-    `nproc` (processes per machine) is set only where the scheduler fixes it. `rank` and `local_rank` are set
-    only when the scheduler started every training process itself (one task per process): `acc launch` then
-    becomes that one worker instead of starting `nproc` of its own. `store_ready`: the launcher that started
-    this process already serves the rendezvous store at main_address:main_port (torchrun's agent).
-    `sources` maps each field to the variables it came from, in words (`"SLURM_NNODES=4"`). Between several
-    active environments the highest `precedence` wins (the launcher that started this process directly
-    describes it best: mpirun inside a SLURM job, torchrun inside a Kubernetes pod).
-    """
-
-    label: str
-    num_machines: int
-    machine_rank: int
-    main_address: str | None = None
-    main_port: int | None = None
-    nproc: int | None = None
-    rank: int | None = None
-    local_rank: int | None = None
-    store_ready: bool = False
-    sources: Mapping[str, str] = field(default_factory=dict)
-    precedence: int = 10
-    notes: tuple[str, ...] = ()
-    name: str = ""  # the plugin's name, filled in by the kernel
-    also_active: tuple[str, ...] = ()  # other active environments, not used (filled in by the kernel)
-
-    @property
-    def per_process(self) -> bool:
-        """True when the scheduler started every training process (this one is one of them)."""
-        return self.rank is not None
-
-    def source(self, name: str) -> str:
-        """Where field `name` came from: the plugin's name and the variables (`slurm SLURM_NNODES=4`)."""
-        detail = self.sources.get(name, "")
-        return f"{self.name} {detail}".strip() if self.name else detail
-
-    def problems(self) -> list[str]:
-        """Ways this answer is malformed (empty when well formed)."""
-        out = []
-        if self.num_machines < 1:
-            out.append(f"num_machines {self.num_machines} ({self.sources.get('num_machines', '?')}) is below 1")
-        elif not 0 <= self.machine_rank < self.num_machines:
-            out.append(f"machine_rank {self.machine_rank} ({self.sources.get('machine_rank', '?')}) is outside "
-                       f"0..{self.num_machines - 1}")
-        if self.nproc is not None and self.nproc < 1:
-            out.append(f"nproc {self.nproc} ({self.sources.get('nproc', '?')}) is below 1")
-        if self.main_port is not None and not 1 <= self.main_port <= 65535:
-            out.append(f"main_port {self.main_port} ({self.sources.get('main_port', '?')}) is outside 1..65535")
-        if self.per_process:
-            if self.nproc is None or self.local_rank is None or self.rank is None:
-                out.append("an environment that started every process must give rank, nproc and local_rank too")
-            else:
-                world = self.num_machines * self.nproc
-                if not 0 <= self.rank < world:
-                    out.append(f"rank {self.rank} ({self.sources.get('rank', '?')}) is outside 0..{world - 1} "
-                               f"({self.num_machines} machines x {self.nproc} processes)")
-                if not 0 <= self.local_rank < self.nproc:
-                    out.append(f"local_rank {self.local_rank} ({self.sources.get('local_rank', '?')}) is outside "
-                               f"0..{self.nproc - 1}")
-        return out
-
-    def describe(self) -> str:
-        """One line for the dry run."""
-        head = f"{self.name}: {self.label}: {self.num_machines} machine(s), this is machine {self.machine_rank}"
-        if self.per_process:
-            mode = (f"one process per task: this process is rank {self.rank} (local rank {self.local_rank}) of "
-                    f"{self.num_machines * (self.nproc or 1)}; acc launch runs it in place (no agent)")
-        else:
-            mode = "one launcher per machine: acc launch starts nproc processes here"
-        extra = f"; also active, not used: {', '.join(self.also_active)}" if self.also_active else ""
-        return f"{head}; {mode}{extra}"
-
-
-# --------------------------------------------------------------------------- asking the plugins
-
-
-def installed_clusters() -> dict[str, "PluginInfo"]:
-    """Installed cluster-environment plugins by name (entry-point metadata only, nothing imported)."""
-    from acc.plugins import _discover
-
-    return dict(sorted(_discover(CLUSTER_GROUP).items()))
-
-
-def cluster_manager(blocked: Iterable[str] = ()) -> Any:
-    """A plugin manager with every installed cluster-environment plugin but the blocked ones (`-p no:NAME`)."""
-    from acc.plugins import new_plugin_manager, register
-
-    pm = new_plugin_manager()
-    skip = set(blocked)
-    for name, info in installed_clusters().items():
-        if name in skip:
-            continue
-        try:
-            register(pm, info.load_module(), name)
-        except PluginLoadError as exc:
-            raise PluginLoadError(f"{exc} (cluster environment '{name}'; -p no:{name} turns it off)") from None
-    return pm
-
-
-def detect(environ: Mapping[str, str], hostname: str | None = None, blocked: Iterable[str] = (),
-           pm: Any = None) -> ClusterEnvironment | None:
-    """The active cluster environment, or None. Every plugin is asked; the highest precedence wins and the
-    others are named in `also_active`. Two active at the same precedence is an error naming both. A plugin whose
-    variables describe no launch is an error only when no other plugin describes one (mpirun in the batch script
-    of a SLURM job: mpirun started the processes, SLURM's own view of the batch script does not matter)."""
-    pm = cluster_manager(blocked) if pm is None else pm
-    hostname = socket.gethostname() if hostname is None else hostname
-    found: list[ClusterEnvironment] = []
-    errors: list[tuple[str, str]] = []
-    for impl in pm.hook.acc_cluster_environment.get_hookimpls():
-        name = impl.plugin_name
-        try:
-            answer = impl.function(environ=environ, hostname=hostname)
-        except ConfigError as exc:
-            errors.append((name, f"cluster environment '{name}': {exc} (-p no:{name} ignores this scheduler)"))
-            continue
-        if answer is None:
-            continue
-        if not isinstance(answer, ClusterEnvironment):
-            raise PluginError(f"cluster environment '{name}' answered acc_cluster_environment with "
-                              f"{type(answer).__name__}, not an acc.cluster.ClusterEnvironment")
-        answer = replace(answer, name=name)
-        problems = answer.problems()
-        if problems:
-            errors.append((name, f"cluster environment '{name}' ({answer.label}) describes no launch: "
-                                 + "; ".join(problems)))
-            continue
-        found.append(answer)
-    if not found:
-        if errors:
-            raise ClusterError(errors[0][1])
-        return None
-    found.sort(key=lambda e: -e.precedence)
-    best = found[0]
-    ties = [e for e in found[1:] if e.precedence == best.precedence]
-    if ties:
-        raise ClusterError(f"two cluster environments are active at once: '{best.name}' ({best.label}) and "
-                           f"'{ties[0].name}' ({ties[0].label}), and neither is more specific; turn one off with "
-                           f"-p no:{ties[0].name} (or -p no:{best.name})")
-    return replace(best, also_active=tuple(f"{e.name} ({e.label})" for e in found[1:])
-                   + tuple(f"{name} (its variables describe no launch)" for name, _ in errors))
-
-
-def setting_values(env: ClusterEnvironment | None) -> dict[str, tuple[Any, str]]:
-    """The settings the environment provides: name -> (value, source), for `acc.settings.resolve(cluster=...)`."""
-    if env is None:
-        return {}
-    out = {}
-    for attr, setting in SETTINGS.items():
-        value = getattr(env, attr)
-        if value is not None:
-            out[setting] = (value, env.source(attr))
-    return out
-
-
-def contradictions(settings: Any, env: ClusterEnvironment | None) -> list[str]:
-    """A flag or ACC_* variable that disagrees with the scheduler's facts (machines, this machine's rank, processes
-    per machine where it fixes them), one message each, both values named."""
-    if env is None:
-        return []
-    out = []
-    for name, (value, source) in setting_values(env).items():
-        if name not in FACTS:
-            continue
-        given = settings.source(name)
-        if not given.startswith(("flag ", "env ", "argument ")) or settings[name] == value:
-            continue
-        where = given.split(" ", 1)[1]
-        if name == "nproc" and env.per_process:
-            fix = (f"{env.name} started {value} processes on each machine itself, one per task, so acc launch runs "
-                   f"each as one worker: leave out {where}, or start one task per machine so that acc launch starts "
-                   f"{settings[name]} itself")
-        else:
-            fix = (f"leave out {where} (acc reads it from {env.name}), change the allocation, or ignore the "
-                   f"scheduler with -p no:{env.name}")
-        out.append(f"{name} {settings[name]} (from {given}) contradicts {env.label}: {value} (from {source}); {fix}")
-    return out
-
-
-def check(settings: Any, env: ClusterEnvironment | None) -> None:
-    """Raise ValidationError listing every contradiction between the settings and the scheduler."""
-    problems = contradictions(settings, env)
-    if problems:
-        raise ValidationError(problems)
-
-
-def kernel_problems(settings: Any, env: ClusterEnvironment | None) -> list[str]:
-    """What one process per task cannot run: restarts (the scheduler started the processes, acc launch cannot
-    restart them), and tasks that see fewer GPUs than the machine runs tasks (each takes cuda:<local rank>)."""
-    if env is None or not env.per_process:
-        return []
-    from acc.hardware import visible_cuda_devices
-
-    out = []
-    if settings["max_restarts"]:
-        out.append(f"max_restarts {settings['max_restarts']} (from {settings.source('max_restarts')}): {env.name} "
-                   "started every process itself (one task per process), so acc launch cannot restart them; leave it "
-                   "out (a scheduler restarts jobs itself), or start one task per machine so that acc launch starts "
-                   "the processes")
-    cuda = visible_cuda_devices()
-    if cuda and not settings["cpu"] and cuda < settings["nproc"]:
-        out.append(f"{env.name} started {settings['nproc']} processes on this machine, one per task, but this task "
-                   f"sees {cuda} CUDA device(s); each task takes cuda:<local rank> of the machine's devices, so let "
-                   "every task see all of them (no per-task GPU binding), or start one task per machine")
-    return out
-
-
-DEFAULT_PORT = 29500
-
-
-def task_plan(plan: "LaunchPlan", env: ClusterEnvironment, settings: Any) -> "LaunchPlan":
-    """The plan for one process the scheduler started (one task per process): engine `task`, this process becomes
-    the worker, with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...) from the scheduler."""
-    from acc.launch.plan import Rendezvous
-
-    if plan.engine != "elastic":
-        raise LaunchError(f"the {settings['backend']} backend starts its processes with the '{plan.engine}' engine, "
-                          f"which cannot run as one process per {env.name} task ({env.label}); start one task per "
-                          "machine so that acc launch starts the processes itself")
-    nproc, machines = settings["nproc"], settings["num_machines"]
-    address = settings["main_process_ip"] or "127.0.0.1"
-    port = settings["main_process_port"] or DEFAULT_PORT
-    variables = {
-        "RANK": env.rank, "LOCAL_RANK": env.local_rank, "WORLD_SIZE": nproc * machines, "LOCAL_WORLD_SIZE": nproc,
-        "GROUP_RANK": settings["machine_rank"], "GROUP_WORLD_SIZE": machines, "ROLE_RANK": env.rank,
-        "ROLE_WORLD_SIZE": nproc * machines, "ROLE_NAME": "default", "MASTER_ADDR": address, "MASTER_PORT": port,
-    }
-    why = (f"{env.name} started every process: each joins torch's process group at MASTER_ADDR:MASTER_PORT, "
-           "which rank 0 hosts" + (" (the launcher that started it already serves the store there)"
-                                   if env.store_ready else ""))
-    return replace(plan, engine="task", rendezvous=Rendezvous(backend="env", endpoint=f"{address}:{port}",
-                                                              timeout=float(settings["rdzv_timeout"]), why=why),
-                   env={**plan.env, **{k: str(v) for k, v in variables.items()}}, max_restarts=0)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return lazy_names.resolve(globals(), _LAZY, name)
+    raise AttributeError(f"module 'acc.cluster' has no attribute {name!r}")
 
 
 __all__ = ["CLUSTER_GROUP", "HOOKSPEC_VERSION", "ClusterEnvironment", "ClusterError", "check", "cluster_manager",

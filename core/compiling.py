@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from acc.capabilities import COMPILE_MODELS
+from acc.contract.capabilities import COMPILE_MODELS
 from acc.errors import AccError
 
 

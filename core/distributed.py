@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from acc.context import ProcessInfo, RunContext
+from acc.contract.context import ProcessInfo, RunContext
 from acc.errors import AccError
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -55,7 +55,7 @@ def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "au
     `pg_backend` "auto" is nccl on CUDA devices and gloo on the CPU. The user's `InitProcessGroupKwargs`
     (backend, init_method; its timeout is already in `ctx.settings["timeout"]`) override it on every backend.
     """
-    from acc.kwargs import InitProcessGroupKwargs
+    from acc.contract.kwargs import InitProcessGroupKwargs
 
     rank, world, local_rank, local_world = launcher_facts(backend_name)
     device = choose_device(ctx, local_rank)

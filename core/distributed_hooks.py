@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from acc.context import RunContext
-from acc.hookspecs import hookimpl
+from acc.contract.context import RunContext
+from acc.contract.hookspecs import hookimpl
 
 
 @hookimpl

@@ -28,7 +28,7 @@ import threading
 from typing import Any, Callable, Mapping
 
 from acc.errors import AccError, ConfigError, LaunchError, did_you_mean
-from acc.launch.plan import Target
+from acc.contract.launch_plan import Target
 
 __all__ = ["WorkerFailedError", "debug_launcher", "launch", "notebook_launcher"]
 
@@ -246,7 +246,7 @@ def _resolve(given: Mapping[str, tuple[Any, str]], defaults: Mapping[str, tuple[
              config_file: str | None, caller: str) -> Any:
     """The assembly for these arguments: kernel settings first (they choose the backend and the plugins), then the
     chosen plugins' own; each argument's source names the argument."""
-    from acc.assembly import _core_registry, assemble
+    from acc.assembly.choose import _core_registry, assemble
 
     core = _core_registry()
     for name, (value, label) in given.items():

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from acc.context import LoopState
+from acc.contract.context import LoopState
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,9 +18,9 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
-from acc.enums import DynamoBackend
+from acc.contract.enums import DynamoBackend
 from acc.errors import AccError
-from acc.kwargs import KwargsHandler
+from acc.contract.kwargs import KwargsHandler
 
 
 def _given(value: Any) -> bool:

@@ -14,14 +14,15 @@ from typing import Any, Mapping
 import pluggy
 
 from acc import lifecycle
-from acc.assembly import Assembly, assemble_worker
+from acc.assembly.choose import Assembly
+from acc.assembly.handoff import assemble_worker
 from acc.collectives import CollectivesMixin
-from acc.communicator import COLLECTIVES, HookCommunicator, LocalCommunicator, missing_collectives
-from acc.context import RunContext
-from acc.enums import DistributedType, as_distributed_type
+from acc.contract.communicator import COLLECTIVES, HookCommunicator, LocalCommunicator, missing_collectives
+from acc.contract.context import RunContext
+from acc.contract.enums import DistributedType, as_distributed_type
 from acc.errors import AccError
-from acc.kwargs import InitProcessGroupKwargs
-from acc.plugins import BackendHooks, plugin_version
+from acc.contract.kwargs import InitProcessGroupKwargs
+from acc.assembly.plugins import BackendHooks, plugin_version
 
 _CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
 
@@ -121,8 +122,8 @@ class Runtime(CollectivesMixin):
 
     @functools.cached_property
     def capabilities(self) -> Any:
-        """The backend's declared promises (`acc_capabilities`, see acc.capabilities), as the launcher saw them."""
-        from acc.plugins import declared_capabilities
+        """The backend's declared promises (`acc_capabilities`, see acc.contract.capabilities), as the launcher saw them."""
+        from acc.assembly.plugins import declared_capabilities
 
         return declared_capabilities(self._pm, self.ctx.settings)
 

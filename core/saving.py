@@ -26,7 +26,7 @@ import torch
 
 from acc import checkpoint as ckpt
 from acc import hashed_io
-from acc import manifest as run_manifest
+from acc.assembly import manifest as run_manifest
 from acc.checkpoint import CheckpointError, ProjectConfiguration
 from acc.prepared import PreparedObjects
 

@@ -13,7 +13,7 @@ import functools
 from typing import Any, Callable, Iterator
 
 from acc import runtime as _runtime
-from acc.enums import DistributedType
+from acc.contract.enums import DistributedType
 
 
 def is_initialized() -> bool:
@@ -223,7 +223,7 @@ class GradientState:
     def _loop(self) -> Any:
         run = _runtime.current()
         if run is None:
-            from acc.context import LoopState
+            from acc.contract.context import LoopState
 
             return LoopState()
         return run.ctx.loop

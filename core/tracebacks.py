@@ -56,7 +56,7 @@ def is_hidden(tb: TracebackType) -> bool:
 def _hook_names() -> frozenset[str]:
     """The names of acc's hook specifications (a plugin's function of one of these names is a hook implementation)."""
     if not _HOOKS:
-        from acc import hookspecs
+        from acc.contract import hookspecs
 
         _HOOKS.append(frozenset(n for n in dir(hookspecs) if n.startswith("acc_")))
     return _HOOKS[0]

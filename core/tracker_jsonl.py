@@ -69,7 +69,7 @@ class JSONLinesTracker(GeneralTracker):
         else:  # pragma: no cover - a thousand runs started in one second by one process
             raise FileExistsError(f"no free run file name {stem}-N.jsonl in {directory}")
         self.path = path
-        from acc._version import __version__
+        from acc.contract.version import __version__
 
         self._write({"event": "run", "project": self.run_name, "run": path.stem, "time": time.time(),
                      "acc": __version__, "pid": os.getpid()})

@@ -23,7 +23,7 @@ import sys
 from typing import Any, Callable, Iterator, Mapping
 
 from acc.errors import PluginError, did_you_mean
-from acc.plugins import PluginInfo, _discover, module_available, plugin_requires
+from acc.assembly.plugins import PluginInfo, _discover, module_available, plugin_requires
 from acc.tracker_values import NOT_SCALAR, Unstorable, describe, hyperparameters, scalar, split_values
 
 TRACKER_GROUP = "acc.trackers"
@@ -110,7 +110,7 @@ _REGISTERED: dict[str, type] = {}  # register_tracker_class(): classes known by 
 
 def installed_trackers() -> dict[str, PluginInfo]:
     """Installed trackers by name (the built-in jsonl first), read from entry-point metadata without importing."""
-    from acc.plugins import _core_version
+    from acc.assembly.plugins import _core_version
 
     builtin = PluginInfo(BUILTIN_TRACKER, TRACKER_GROUP, BUILTIN_VALUE, "acc-core", _core_version())
     found = {k: v for k, v in sorted(_discover(TRACKER_GROUP).items()) if k != BUILTIN_TRACKER}
@@ -200,7 +200,7 @@ def register_tracker_class(tracker_class: type) -> None:
 
 def get_available_trackers() -> list:
     """Every installed tracker (Accelerate's function): LoggerType members where Accelerate has one, else names."""
-    from acc.enums import LoggerType
+    from acc.contract.enums import LoggerType
 
     return [LoggerType(n) if n in LoggerType else n for n in installed_trackers()]
 
@@ -417,7 +417,7 @@ class Trackers:
             if not isinstance(config, Mapping) and hasattr(config, "__dict__"):
                 config = vars(config)  # an argparse.Namespace
             if isinstance(config, Mapping):  # no hf_token / api_key hyper-parameter reaches a tracker's files
-                from acc.redact import redact_data
+                from acc.assembly.redact import redact_data
 
                 config = redact_data(config)
             for tracker in list(self.trackers):

@@ -71,7 +71,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fresh_pm():
     """A plugin manager with acc's specs and the builtin cpu backend, nothing else."""
     import acc.builtin.cpu
-    from acc.plugins import new_plugin_manager, register
+    from acc.assembly.plugins import new_plugin_manager, register
 
     pm = new_plugin_manager()
     register(pm, acc.builtin.cpu, "cpu")

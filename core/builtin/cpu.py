@@ -10,20 +10,20 @@ import contextlib
 import os
 from typing import Any
 
-from acc import hardware
-from acc.capabilities import Capabilities
-from acc.context import ProcessInfo, RunContext
+from acc.assembly import hardware
+from acc.contract.capabilities import Capabilities
+from acc.contract.context import ProcessInfo, RunContext
 from acc.errors import AccError
-from acc.hookspecs import HOOKSPEC_VERSION, hookimpl
-from acc.launch.plan import LaunchPlan
-from acc.settings import ResolvedSettings
+from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
+from acc.contract.launch_plan import LaunchPlan
+from acc.contract.settings import ResolvedSettings
 
 ACC_HOOKSPEC_VERSION = HOOKSPEC_VERSION
 ACC_REQUIRES = ("torch",)
 
 
 def _multi_process_hint() -> str:
-    from acc.plugins import installed_backends
+    from acc.assembly.plugins import installed_backends
 
     if "ddp" in installed_backends():
         return "use a multi-process backend, e.g. --backend ddp (installed)"
@@ -57,7 +57,7 @@ def device_description(settings: ResolvedSettings) -> str:
 
 @hookimpl(trylast=True)
 def acc_detect(settings: ResolvedSettings) -> Any:
-    from acc.detection import Detection
+    from acc.contract.detection import Detection
 
     cuda = hardware.visible_cuda_devices()
     reason = "one CUDA device found" if cuda == 1 else "no accelerator that another installed backend uses"
@@ -153,7 +153,7 @@ def acc_grad_scaler(ctx: RunContext, kwargs: dict) -> Any:
 
 @hookimpl(trylast=True)
 def acc_communicator(ctx: RunContext) -> Any:
-    from acc.communicator import LocalCommunicator
+    from acc.contract.communicator import LocalCommunicator
 
     return LocalCommunicator()
 

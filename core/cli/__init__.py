@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from acc._version import __version__
+from acc.contract.version import __version__
 from acc.errors import AccError
 
 

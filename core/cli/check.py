@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from acc.launch.plan import Target
+from acc.contract.launch_plan import Target
 from acc.cli.launch import LaunchCommand, resolved_assembly
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")

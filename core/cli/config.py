@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from acc.assembly import assemble
-from acc.config import PROJECT_FILE, dump, user_config_path
-from acc.settings import Setting
+from acc.assembly.choose import assemble
+from acc.assembly.config_files import PROJECT_FILE, dump, user_config_path
+from acc.contract.settings import Setting
 
 CORE_QUESTIONS = ("nproc", "mixed_precision", "num_machines")
 MULTI_MACHINE_QUESTIONS = ("machine_rank", "main_process_ip", "main_process_port")
@@ -84,7 +84,7 @@ def config(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     found = assemble(detect=True, config_file=None)
-    from acc.plugins import installed_backends
+    from acc.assembly.plugins import installed_backends
 
     installed = list(installed_backends())
     if found.detection_line:
@@ -164,7 +164,7 @@ def import_(ctx: click.Context, source: Path, config_file: Path | None, project:
     --project / --config-file PATH. Accelerate's own default config is
     ~/.cache/huggingface/accelerate/default_config.yaml.
     """
-    from acc.config import ConfigFile
+    from acc.assembly.config_files import ConfigFile
     from acc.errors import ConfigError
 
     target = _chosen(ctx, config_file, project)
@@ -181,6 +181,3 @@ def import_(ctx: click.Context, source: Path, config_file: Path | None, project:
     top = {k: v for k, v in read.data.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in read.data.items() if isinstance(v, dict)}
     _write(target, top, tables, header=f"converted by `acc config import` from {source}")
-
-
-

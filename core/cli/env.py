@@ -14,11 +14,11 @@ from pathlib import Path
 
 import click
 
-from acc._version import __version__
+from acc.contract.version import __version__
 from acc.errors import AccError
-from acc.hardware import visible_cuda_devices
-from acc.plugins import installed_backends, installed_plugins
-from acc.redact import redact_value
+from acc.assembly.hardware import visible_cuda_devices
+from acc.assembly.plugins import installed_backends, installed_plugins
+from acc.assembly.redact import redact_value
 
 
 def _ram() -> str:
@@ -60,7 +60,7 @@ def _torch() -> list[tuple[str, str]]:
               help="Report this config file (acc's TOML or an Accelerate YAML) instead of ./acc.toml.")
 def env(config_file: Path | None) -> None:
     """Print versions (python, numpy, torch, acc, plugins), hardware and the config, for a bug report."""
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
 
     found = assemble(config_file=str(config_file) if config_file else None)
     settings = found.settings

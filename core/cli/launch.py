@@ -16,23 +16,23 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import click
 
-from acc.assembly import Assembly, assemble
+from acc.assembly.choose import Assembly, assemble
 from acc.errors import ConfigError, LaunchError, PluginNotFoundError
-from acc.launch.plan import ENGINES, LaunchPlan, Target
-from acc.settings import Setting, SettingsRegistry
+from acc.contract.launch_plan import ENGINES, LaunchPlan, Target
+from acc.contract.settings import Setting, SettingsRegistry
 
 if TYPE_CHECKING:
     from acc.accelerate_compat import LaunchTranslation
 
 _PEEK = {"--backend": "backend", "-p": "plugins", "--plugin": "plugins", "--config-file": "config_file"}
-_META_KEY = "acc.assembly"
+_META_KEY = "acc.assembly.choose"
 _TRANSLATION_KEY = "acc.accelerate"
 _OWN_OPTIONS = ("--dry-run", "-m", "--module", "--no-python", "--config-file", "-h", "--help")
 
 
 def _value_flags(settings: Iterable[Setting] | None = None) -> set[str]:
     """The flags that take a value: the kernel's, or those of `settings` (a loaded plugin set's registry)."""
-    from acc.settings import core_settings
+    from acc.assembly.settings import core_settings
 
     return {flag for s in (core_settings() if settings is None else settings) if s.kind is not bool
             for flag in s.flags} | set(_PEEK)
@@ -40,7 +40,7 @@ def _value_flags(settings: Iterable[Setting] | None = None) -> set[str]:
 
 def _known_options(settings: Iterable[Setting] | None = None) -> set[str]:
     """Every option of `acc launch` (bools with their --no- form), for the kernel or a loaded plugin set."""
-    from acc.settings import core_settings
+    from acc.assembly.settings import core_settings
 
     known = set(_OWN_OPTIONS)
     for s in core_settings() if settings is None else settings:
@@ -145,7 +145,7 @@ class LaunchCommand(click.Command):
 def _backend_owning(flag: str, current: str) -> str | None:
     """The installed backend (other than `current`) whose settings include `flag`, if any (asked only when a
     flag is unknown: each backend's launcher side is loaded, torch-free)."""
-    from acc.plugins import installed_backends
+    from acc.assembly.plugins import installed_backends
 
     for name in installed_backends():
         if name == current:
@@ -183,10 +183,10 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
     per visible GPU, as `accelerate launch` does.
     """
     from acc import accelerate_compat
-    from acc.assembly import _cluster, _core_registry
-    from acc.cluster import setting_values
-    from acc.config import find_config_files
-    from acc.settings import resolve
+    from acc.assembly.choose import _cluster, _core_registry
+    from acc.assembly.clusters import setting_values
+    from acc.assembly.config_files import find_config_files
+    from acc.assembly.settings import resolve
 
     registry = _core_registry()
     flags: dict[str, Any] = {}
@@ -218,7 +218,7 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
     backend = translation.values.get("--backend")
     cpu = core["cpu"] or ("--cpu" in translation.typed and "--no-cpu" not in translation.typed)
     if translation.backend_flag and backend in ("ddp", "fsdp", "deepspeed") and machines == 1 and not cpu:
-        from acc.hardware import visible_cuda_devices
+        from acc.assembly.hardware import visible_cuda_devices
 
         cuda = visible_cuda_devices()
         if cuda:
@@ -375,13 +375,13 @@ def launch_notes(ctx: click.Context, assembly: Assembly) -> list[str]:
 
 def settings_lines(assembly: Assembly) -> list[str]:
     """Every setting with its value and where it came from, and the config files read."""
-    from acc.redact import redact_value
+    from acc.assembly.redact import redact_value
 
     s = assembly.settings
     lines = ["settings (value, then where it came from):"]
     name_width = max(len(n) for n in s)
     for name in s:
-        value = redact_value(name, s[name])  # a credential-like setting's value is not shown (acc.redact)
+        value = redact_value(name, s[name])  # a credential-like setting's value is not shown (acc.assembly.redact)
         shown = ",".join(value) if isinstance(value, list) else ("" if value is None else str(value))
         lines.append(f"  {name.ljust(name_width)}  {(shown or '-').ljust(12)}  {s.source(name)}")
     if assembly.files:
@@ -393,7 +393,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
     from acc.launch import preflight
     from acc.launch.orchestrate import capabilities as orchestrate_capabilities
-    from acc.redact import redact_shell
+    from acc.assembly.redact import redact_shell
     from acc.tracking import describe_setting
 
     s = assembly.settings
@@ -459,5 +459,3 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     for note in plan.notes + list(assembly.cluster.notes if assembly.cluster else ()):
         lines.append(f"note: {note}")
     return "\n".join(lines)
-
-

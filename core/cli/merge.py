@@ -17,9 +17,9 @@ def merge_weights(checkpoint: Path, out: Path, index: int) -> None:
     it (named in its manifest) reads its own format (acc_merge_weights); it must be installed."""
     import json
 
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
     from acc.checkpoint import CheckpointError, read_manifest
-    from acc.plugins import installed_backends, selection_caller
+    from acc.assembly.plugins import installed_backends, selection_caller
 
     manifest = read_manifest(checkpoint)
     backend = manifest.get("run", {}).get("backend") or "cpu"

@@ -14,7 +14,7 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "backend"
 
 def render(name: str, target: Path) -> list[Path]:
     """Write the template for backend `name` into `target` (which must not exist or be empty)."""
-    from acc.hookspecs import HOOKSPEC_VERSION
+    from acc.contract.hookspecs import HOOKSPEC_VERSION
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise AccError(f"backend name {name!r}: use lower-case letters, digits and underscores, starting with a letter "

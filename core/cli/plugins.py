@@ -7,7 +7,7 @@ import json
 import click
 
 from acc.errors import AccError
-from acc.plugins import (
+from acc.assembly.plugins import (
     BUILTIN_BACKEND, PluginInfo, implemented_hooks, installed_backends, installed_plugins, module_available,
     plugin_requires,
 )
@@ -21,7 +21,7 @@ def _describe(info: PluginInfo) -> dict:
     except AccError as exc:
         row["error"] = str(exc)
         return row
-    from acc.hookspecs import HOOKSPEC_VERSION, SUPPORTED_VERSIONS
+    from acc.contract.hookspecs import HOOKSPEC_VERSION, SUPPORTED_VERSIONS
 
     row["requires"] = {name: module_available(name) for name in plugin_requires(module)}
     row["hooks"] = implemented_hooks(module)
@@ -60,7 +60,7 @@ def _mark_active(rows: list[dict]) -> None:
     """Say, on each cluster environment's row, whether its scheduler started this shell (and as what)."""
     import os
 
-    from acc.cluster import cluster_manager, detect
+    from acc.assembly.clusters import cluster_manager, detect
 
     names = [r["name"] for r in rows if "error" not in r]
     try:
@@ -87,7 +87,7 @@ def plugins(as_json: bool) -> None:
     ('acc.clusters') and trackers ('acc.trackers')."""
     from acc.tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
 
-    from acc.cluster import CLUSTER_GROUP, installed_clusters
+    from acc.assembly.clusters import CLUSTER_GROUP, installed_clusters
 
     rows = [_describe(i) for i in installed_backends().values()] + [_describe(i) for i in installed_plugins().values()]
     clusters = [_describe(i) for i in installed_clusters().values()]

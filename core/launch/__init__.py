@@ -8,13 +8,13 @@ import sys
 import types
 from typing import Any
 
-from acc.launch.plan import ENGINES, LaunchPlan, Rendezvous, Target, elastic_plan
+from acc.contract.launch_plan import ENGINES, LaunchPlan, Rendezvous, Target, elastic_plan
 
 __all__ = ["ENGINES", "LaunchPlan", "Rendezvous", "Target", "elastic_plan"]
 
 
 class _CallablePackage(types.ModuleType):
-    """`acc.launch` is both this package (acc.launch.plan, acc.launch.elastic, ...) and the function that launches
+    """`acc.launch` is both this package (acc.contract.launch_plan, acc.launch.elastic, ...) and the function that launches
     a function: calling it calls `acc.launchers.launch`."""
 
     def __call__(self, fn: Any, *args: Any, **settings: Any) -> Any:

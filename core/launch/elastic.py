@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from acc.launch.plan import LaunchPlan, Target
+from acc.contract.launch_plan import LaunchPlan, Target
 
 LOG_DIR_ENV = "ACC_LOG_DIR"
 TEE_ENV = "ACC_TEE"
@@ -184,12 +184,14 @@ START_METHOD_ENV = "ACC_START_METHOD"
 
 def _monitor_interval(env: Mapping[str, str]) -> float:
     """The `monitor_interval` setting of this launch (from the resolved settings handed to the workers)."""
-    import json
+    from acc.assembly import handoff
+    from acc.errors import ConfigError
 
     try:
-        value = json.loads(env.get("ACC_LAUNCH", "{}")).get("values", {}).get("monitor_interval")
-    except ValueError:
-        value = None
+        handed = handoff.read(env)
+    except ConfigError:
+        handed = None
+    value = handed.get("monitor_interval") if handed is not None else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.1
 
 

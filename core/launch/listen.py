@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from acc.errors import LaunchError
-from acc.launch.plan import LaunchPlan
+from acc.contract.launch_plan import LaunchPlan
 
 LOOPBACK = "127.0.0.1"
 EVERY_INTERFACE = ("0.0.0.0", "::", "*")

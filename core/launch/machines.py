@@ -29,7 +29,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from acc.launch.plan import LaunchPlan
+from acc.contract.launch_plan import LaunchPlan
 
 PREFIX = "acc-launch/"
 HEARTBEAT = 0.5  # seconds between two heartbeats of a launcher

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from acc import cluster
-from acc.assembly import LAUNCH_ENV, Assembly
-from acc.capabilities import Capabilities
+from acc.assembly import clusters as cluster
+from acc.assembly.choose import Assembly
+from acc.assembly import handoff
+from acc.contract.capabilities import Capabilities
 from acc.errors import LaunchError, ValidationError
-from acc.plugins import declared_capabilities, module_available, plugin_requires
-from acc.launch.plan import ENGINES, LaunchPlan, Target
+from acc.assembly.plugins import declared_capabilities, module_available, plugin_requires
+from acc.contract.launch_plan import ENGINES, LaunchPlan, Target
 
 # engine -> module whose `execute(plan, target, env) -> int` runs it
 EXECUTORS = {
@@ -188,14 +189,14 @@ def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, 
     env = dict(os.environ if base is None else base)
     env.update(environment_additions(plan, base))
     env.update(worker_memory.environment(assembly.settings["worker_memory"], env))
-    env[LAUNCH_ENV] = assembly.settings.to_json()
+    handoff.write(env, assembly.settings)
     return env
 
 
 def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | None:
     """Write the run manifest into a new directory under `output_dir` (none when output_dir is '')."""
-    from acc import manifest
-    from acc.redact import redact_shell
+    from acc.assembly import manifest
+    from acc.assembly.redact import redact_shell
 
     s = assembly.settings
     if not s["output_dir"]:

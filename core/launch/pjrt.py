@@ -16,7 +16,7 @@ import sys
 from types import TracebackType
 from typing import Mapping, Sequence
 
-from acc.launch.plan import LaunchPlan, Target
+from acc.contract.launch_plan import LaunchPlan, Target
 
 MODULE = "acc.launch.pjrt"
 

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from acc.errors import LaunchError
-from acc.launch.plan import LaunchPlan
+from acc.contract.launch_plan import LaunchPlan
 
 ATTEMPT = 3.0  # seconds one connection attempt may take
 PAUSE = 0.5  # seconds between two attempts

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Mapping
 
-from acc.launch.plan import LaunchPlan, Target
+from acc.contract.launch_plan import LaunchPlan, Target
 
 
 def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: bool = True) -> int:

@@ -77,7 +77,7 @@ def acc_backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def acc_pm(acc_backend: str) -> Any:
     """A fresh plugin manager: the builtin cpu backend plus `acc_backend`, loaded through its entry point."""
-    from acc.plugins import build_plugin_manager
+    from acc.assembly.plugins import build_plugin_manager
 
     return build_plugin_manager(acc_backend)[0]
 

@@ -35,7 +35,7 @@ MATCH = 1e-5  # relative tolerance of "N processes x batch B equals 1 process x 
 
 
 def _plan(backend: str, nproc: int) -> Any:
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
     from acc.launch import orchestrate
 
     return orchestrate.make_plan(assemble(flags={"backend": backend, "nproc": str(nproc)}))
@@ -58,7 +58,7 @@ def expect(condition: bool, message: str) -> None:
 
 @pytest.fixture(scope="module")
 def capabilities(acc_backend: str, request: pytest.FixtureRequest) -> Any:
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
     from acc.launch.orchestrate import capabilities as declared
 
     flags = _flag_values(backend_flags(request.config), acc_backend)
@@ -68,7 +68,7 @@ def capabilities(acc_backend: str, request: pytest.FixtureRequest) -> Any:
 def _flag_values(flags: list[str], backend: str) -> dict[str, str]:
     """`--name value` / `--name=value` pairs as setting flags for assemble() (peeked the way the CLI does); a flag
     that is no setting of `backend`'s assembly is a usage error, not silently dropped."""
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
 
     out: dict[str, str] = {}
     if not flags:
@@ -132,7 +132,7 @@ def _worst(a: list[float], b: list[float]) -> tuple[float, int]:
 
 
 def test_loads_through_its_entry_point(acc_backend: str) -> None:
-    from acc.plugins import build_plugin_manager, installed_backends
+    from acc.assembly.plugins import build_plugin_manager, installed_backends
 
     expect(acc_backend in installed_backends(), f"no entry point '{acc_backend}' in the group acc.backends")
     pm, _ = build_plugin_manager(acc_backend)
@@ -142,7 +142,7 @@ def test_loads_through_its_entry_point(acc_backend: str) -> None:
 
 
 def test_declares_its_capabilities(capabilities: Any) -> None:
-    from acc.capabilities import Capabilities
+    from acc.contract.capabilities import Capabilities
 
     expect(isinstance(capabilities, Capabilities), f"acc_capabilities answered {capabilities!r}, not a Capabilities")
     expect("no" in capabilities.mixed_precision, f"mixed_precision {capabilities.mixed_precision} lacks 'no'")
@@ -171,7 +171,7 @@ def test_dry_run_does_not_import_torch(acc_backend: str, tmp_path: Path) -> None
 
 
 def test_validate_rejects_a_bad_combination(acc_backend: str, acc_invalid_flags: dict) -> None:
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
     from acc.launch import orchestrate
 
     with pytest.raises(ValidationError):
@@ -277,7 +277,7 @@ def test_micro_steps_keep_gradients_local_and_communicate_nothing(job: Any, capa
 
 
 def _contract_version(backend: str) -> int:
-    from acc.plugins import build_plugin_manager, plugin_version
+    from acc.assembly.plugins import build_plugin_manager, plugin_version
 
     return plugin_version(build_plugin_manager(backend)[0], backend)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acc import _resolve_lazy
-from acc.kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
+from acc.compat import lazy_names
+from acc.contract.kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 
 _IMPORTS = (  # acc.utils.imports: the is_*_available checks
     "is_4bit_bnb_available", "is_8bit_bnb_available", "is_aim_available", "is_bf16_available", "is_bnb_available",
@@ -35,13 +35,13 @@ _LAZY = {
     "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
     "send_to_device": ("acc.ops", "send_to_device"),
     # dataclasses: enumerations and the kwargs base class
-    "KwargsHandler": ("acc.kwargs", "KwargsHandler"),
-    "ComputeEnvironment": ("acc.enums", "ComputeEnvironment"),
-    "DDPCommunicationHookType": ("acc.enums", "DDPCommunicationHookType"),
-    "DynamoBackend": ("acc.enums", "DynamoBackend"),
-    "LoggerType": ("acc.enums", "LoggerType"),
-    "PrecisionType": ("acc.enums", "PrecisionType"),
-    "RNGType": ("acc.enums", "RNGType"),
+    "KwargsHandler": ("acc.contract.kwargs", "KwargsHandler"),
+    "ComputeEnvironment": ("acc.contract.enums", "ComputeEnvironment"),
+    "DDPCommunicationHookType": ("acc.contract.enums", "DDPCommunicationHookType"),
+    "DynamoBackend": ("acc.contract.enums", "DynamoBackend"),
+    "LoggerType": ("acc.contract.enums", "LoggerType"),
+    "PrecisionType": ("acc.contract.enums", "PrecisionType"),
+    "RNGType": ("acc.contract.enums", "RNGType"),
     # environment
     "are_libraries_initialized": ("acc.utils.environment", "are_libraries_initialized"),
     "clear_environment": ("acc.utils.environment", "clear_environment"),
@@ -75,9 +75,9 @@ _LAZY = {
         "broadcast", "broadcast_object_list", "concatenate", "gather", "gather_object", "pad_across_processes",
         "reduce", "slice_tensors", "synchronize_rng_state", "synchronize_rng_states", "wait_for_everyone")},
     # the run's state and its configuration dataclasses
-    "DistributedType": ("acc.enums", "DistributedType"),
-    "DataLoaderConfiguration": ("acc.kwargs", "DataLoaderConfiguration"),
-    "GradientAccumulationPlugin": ("acc.kwargs", "GradientAccumulationPlugin"),
+    "DistributedType": ("acc.contract.enums", "DistributedType"),
+    "DataLoaderConfiguration": ("acc.contract.kwargs", "DataLoaderConfiguration"),
+    "GradientAccumulationPlugin": ("acc.contract.kwargs", "GradientAccumulationPlugin"),
     "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
     "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
     "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
@@ -127,7 +127,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return _resolve_lazy(globals(), _LAZY, name)
+        return lazy_names.resolve(globals(), _LAZY, name)
     from acc.errors import did_you_mean
 
     raise AttributeError(f"module 'acc.utils' has no attribute {name!r}{did_you_mean(name, list(_LAZY))} (acc keeps "

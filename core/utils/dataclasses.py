@@ -1,12 +1,12 @@
 """The kwargs handlers, plugin objects and enumerations under Accelerate's module path
-`accelerate.utils.dataclasses` (acc's own objects: `acc.kwargs`, `acc.plugin_dataclasses`, `acc.enums`).
+`accelerate.utils.dataclasses` (acc's own objects: `acc.contract.kwargs`, `acc.plugin_dataclasses`, `acc.contract.enums`).
 Torch-free."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from acc.enums import (
+from acc.contract.enums import (
     BaseEnum,
     ComputeEnvironment,
     DDPCommunicationHookType,
@@ -16,7 +16,7 @@ from acc.enums import (
     PrecisionType,
     RNGType,
 )
-from acc.kwargs import (
+from acc.contract.kwargs import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -35,9 +35,9 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from acc import _resolve_lazy
+        from acc.compat import lazy_names
 
-        return _resolve_lazy(globals(), _LAZY, name)
+        return lazy_names.resolve(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.utils.dataclasses' has no attribute {name!r}")
 
 

@@ -1,7 +1,7 @@
 """`is_*_available` (Accelerate's `accelerate.utils.imports`): cheap checks that never import the package
 they ask about. A package counts when it can be imported and has installed metadata (a bare directory
 of that name does not). Device checks ask torch when it is already imported; otherwise they read the
-hardware (acc.hardware) first and import torch only when it may say yes. Every check returns a bool.
+hardware (acc.assembly.hardware) first and import torch only when it may say yes. Every check returns a bool.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def is_cuda_available() -> bool:
     """A CUDA device torch can use, asked without initialising CUDA (torch's NVML-based check)."""
     torch = _torch_if_imported()
     if torch is None:
-        from acc import hardware
+        from acc.assembly import hardware
 
         if hardware.visible_cuda_devices() == 0 or importlib.util.find_spec("torch") is None:
             return False
@@ -241,7 +241,7 @@ def is_mps_available(min_version: str = "1.12") -> bool:
     """Apple's GPU through torch.backends.mps."""
     torch = _torch_if_imported()
     if torch is None:
-        from acc import hardware
+        from acc.assembly import hardware
 
         if not hardware.is_apple_silicon() or importlib.util.find_spec("torch") is None:
             return False
@@ -352,7 +352,7 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
 def is_tpu_available(check_device: bool = True) -> bool:
     """A TPU through torch_xla (Accelerate's deprecated name for is_torch_xla_available(check_is_tpu=True));
     False without asking torch_xla when no TPU chip is on this host's PCI bus."""
-    from acc import hardware
+    from acc.assembly import hardware
 
     if check_device and hardware.tpu_devices() == 0:
         return False

@@ -229,7 +229,7 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
     user file, `~/.config/acc/config.toml`, which `acc launch` reads). An existing file is left alone:
     returns False; otherwise the path written."""
     from acc.cli.config import config
-    from acc.config import dump, user_config_path
+    from acc.assembly.config_files import dump, user_config_path
 
     path = Path(save_location) if save_location is not None else user_config_path()
     if path.exists():

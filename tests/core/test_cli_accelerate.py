@@ -103,7 +103,7 @@ def test_each_accelerate_spelling_sets_acc_s_setting_and_says_so(script, flags, 
 
 
 def test_tpu_chooses_the_xla_backend(script):
-    from acc.plugins import installed_backends
+    from acc.assembly.plugins import installed_backends
 
     result = invoke("launch", "--dry-run", "--tpu", str(script), env={"PJRT_DEVICE": "CPU"})
     if "xla" in installed_backends():  # the xla lane
@@ -570,9 +570,9 @@ def test_no_python_runs_a_program_on_every_process(tmp_path):
 
 
 def test_monitor_interval_reaches_the_elastic_agent(tmp_path, script):
-    from acc.assembly import assemble
+    from acc.assembly.choose import assemble
     from acc.launch import elastic
-    from acc.launch.plan import elastic_plan
+    from acc.contract.launch_plan import elastic_plan
 
     settings = assemble(flags={"backend": "ddp", "nproc": "2", "monitor_interval": "0.7"}).settings
     assert elastic._monitor_interval({"ACC_LAUNCH": settings.to_json()}) == 0.7

@@ -1,4 +1,4 @@
-"""The kernel's side of cluster environments (acc.cluster): asking the plugins, the settings source between ACC_*
+"""The kernel's side of cluster environments (acc.assembly.clusters): asking the plugins, the settings source between ACC_*
 variables and config files, contradictions, the plan of one task per process, the checks before the rendezvous,
 and the dry run. The schedulers' own plugins are tested in tests/plugins/clusters."""
 
@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 
 from acc import cluster
-from acc.assembly import assemble
+from acc.assembly.choose import assemble
 from acc.cli import cli
 from acc.cluster import ClusterEnvironment, ClusterError
 from acc.errors import LaunchError, PluginError, ValidationError
 from acc.launch import preflight
-from acc.launch.plan import LaunchPlan, Rendezvous, elastic_plan
-from acc.plugins import new_plugin_manager, register
+from acc.contract.launch_plan import LaunchPlan, Rendezvous, elastic_plan
+from acc.assembly.plugins import new_plugin_manager, register
 
 # srun -N2 --ntasks-per-node=1, seen from node 1 (the variables the slurm plugin reads)
 SLURM_NODE_1 = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2",
@@ -320,7 +320,7 @@ def test_acc_plugins_says_which_cluster_environment_is_active():
 
 
 def test_hookspec_is_part_of_contract_version_2():
-    from acc import hookspecs
+    from acc.contract import hookspecs
 
     assert hookspecs.HOOKSPEC_VERSION == 2 and "acc_cluster_environment" not in hookspecs.SELECTION_HOOKS
     doc = hookspecs.acc_cluster_environment.__doc__

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from acc import AccError, Accelerator, TorchDynamoPlugin
-from acc.capabilities import Capabilities
+from acc.contract.capabilities import Capabilities
 from acc.compiling import compile_units, repeated_blocks
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from acc.errors import LaunchError
 from acc.launch import listen
-from acc.launch.plan import elastic_plan
+from acc.contract.launch_plan import elastic_plan
 
 BASE = {"num_machines": 1, "machine_rank": 0, "main_process_ip": None, "main_process_port": None,
         "rdzv_backend": "c10d", "rdzv_timeout": 900.0, "max_restarts": 0, "nproc": 2, "listen_address": None}

@@ -107,7 +107,7 @@ def test_a_config_given_as_a_dict_reaches_the_backend_as_its_json():
 
 
 def test_the_mapped_values_pass_the_backends_own_setting_checks():
-    from acc.settings import SettingsRegistry
+    from acc.contract.settings import SettingsRegistry
     from acc_deepspeed import plugin as ds_plugin
 
     registry = SettingsRegistry()
@@ -217,7 +217,7 @@ def test_torch_objects_are_read_by_name():
 
 
 def test_the_mapped_fsdp_values_pass_the_backends_own_setting_checks():
-    from acc.settings import SettingsRegistry
+    from acc.contract.settings import SettingsRegistry
     from acc_fsdp import plugin as fsdp_plugin
 
     registry = SettingsRegistry()
@@ -284,7 +284,7 @@ def test_fsdp1_only_fields_are_accepted_with_a_warning_as_accelerates_fsdp2_drop
 
 
 def test_dynamo_plugin_gives_torch_compile_arguments():
-    from acc.enums import DynamoBackend
+    from acc.contract.enums import DynamoBackend
 
     plugin = TorchDynamoPlugin(backend="inductor", mode="max-autotune", fullgraph=True,
                                use_regional_compilation=True)

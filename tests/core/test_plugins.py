@@ -8,13 +8,13 @@ import sys
 import pytest
 
 import acc
-from acc import hookspecs
-from acc.assembly import assemble
+from acc.contract import hookspecs
+from acc.assembly.choose import assemble
 from acc.errors import ConfigError, PluginConflictError, PluginLoadError, PluginNotFoundError
-from acc.plugins import (
+from acc.assembly.plugins import (
     build_plugin_manager, check_selection, collect_settings, installed_backends, new_plugin_manager, register,
 )
-from acc.settings import Setting
+from acc.contract.settings import Setting
 
 
 class Backend:
@@ -231,7 +231,7 @@ def test_every_hookspec_is_documented_with_the_template(name):
 
 def test_discovery_does_not_import_plugin_modules():
     code = (
-        "import sys; from acc.plugins import installed_backends, installed_plugins; "
+        "import sys; from acc.assembly.plugins import installed_backends, installed_plugins; "
         "b = installed_backends(); installed_plugins(); "
         "print(sorted(b)); print([m for m in ('acc_ddp.plugin', 'acc.builtin.cpu', 'torch') if m in sys.modules])"
     )

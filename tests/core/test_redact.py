@@ -1,4 +1,4 @@
-"""The redaction rule (acc.redact): which names look like credentials, how command lines, settings, environments
+"""The redaction rule (acc.assembly.redact): which names look like credentials, how command lines, settings, environments
 and hyper-parameters are redacted, and where acc applies it (manifest, dry run, acc env, tracker configuration)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from acc.redact import REDACTED, is_secret_name, redact_argv, redact_data, redact_environ, redact_shell, redact_text
+from acc.assembly.redact import REDACTED, is_secret_name, redact_argv, redact_data, redact_environ, redact_shell, redact_text
 
 SECRET_NAMES = ["--hf_token", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "hfToken", "WANDB_API_KEY", "wandb.api-key",
                 "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_PASSWORD", "CLEARML_API_SECRET_KEY",
@@ -69,7 +69,7 @@ def test_the_run_manifest_and_the_dry_run_redact_script_arguments(tmp_path):
     assert result.exit_code == 0, result.output
     assert secret not in result.output and f"--hf_token {REDACTED}" in result.output.replace("'", "")
 
-    from acc import manifest
+    from acc.assembly import manifest
 
     data = manifest.build({"backend": "cpu", "num_machines": 1, "nproc": 1, "mixed_precision": "no",
                            "gradient_accumulation_steps": 1, "hub_token": secret}, {}, {},

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from acc.assembly import assemble
-from acc.config import ConfigFile, find_config_files
+from acc.assembly.choose import assemble
+from acc.assembly.config_files import ConfigFile, find_config_files
 from acc.errors import ConfigError, PluginError
-from acc.settings import ResolvedSettings, Setting, SettingsRegistry, core_settings, resolve
+from acc.contract.settings import ResolvedSettings, Setting, SettingsRegistry
+from acc.assembly.settings import core_settings, resolve
 
 
 def registry() -> SettingsRegistry:

@@ -24,7 +24,7 @@ def _raise_through_a_hook():
     import json
 
     import acc.builtin.cpu
-    from acc.plugins import new_plugin_manager, register
+    from acc.assembly.plugins import new_plugin_manager, register
 
     class Wrapper:
         ACC_HOOKSPEC_VERSION = 2

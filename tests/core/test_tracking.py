@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from acc.settings import ResolvedSettings
+from acc.contract.settings import ResolvedSettings
 from acc.tracker_jsonl import find_runs, read_run
 from acc.tracking import (GeneralTracker, LOGGER_TYPE_TO_CLASS, TrackerError, Trackers, choose, filter_trackers,
                           get_available_trackers, installed_trackers, on_main_process, register_tracker_class)
@@ -110,7 +110,7 @@ def test_discovery_reads_metadata_only_and_the_builtin_comes_first():
 
 # ------------------------------------------------------------------------------------------- choosing
 def test_a_first_party_tracker_that_is_not_installed_is_an_error_with_its_install_command(tmp_path):
-    from acc.enums import LoggerType
+    from acc.contract.enums import LoggerType
 
     assert "tensorboard" not in installed_trackers()  # .venv never holds the trackers' libraries
     for given in ("tensorboard", LoggerType.TENSORBOARD, ["jsonl", "tensorboard"]):

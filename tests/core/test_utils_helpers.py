@@ -162,8 +162,8 @@ def test_write_basic_config_writes_what_acc_config_default_writes(tmp_path, monk
 
 
 def test_write_basic_config_adds_mixed_precision_and_never_overwrites(tmp_path, monkeypatch, capsys):
-    from acc.assembly import assemble
-    from acc.config import user_config_path
+    from acc.assembly.choose import assemble
+    from acc.assembly.config_files import user_config_path
 
     monkeypatch.setenv("ACC_HARDWARE", '{"cuda": 0}')
     path = write_basic_config(mixed_precision="bf16")  # Accelerate's default location: acc's user file

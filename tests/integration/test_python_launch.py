@@ -145,10 +145,10 @@ def test_detection_picks_ddp_for_several_processes_and_a_config_file_can_choose_
 
 
 def test_every_launch_records_its_run_manifest_even_two_in_the_same_second(tmp_path, monkeypatch):
-    import acc.manifest
+    import acc.assembly.manifest
 
-    real = acc.manifest.time.strftime
-    monkeypatch.setattr(acc.manifest.time, "strftime", lambda fmt, *t: "20260101-000000" if fmt == "%Y%m%d-%H%M%S"
+    real = acc.assembly.manifest.time.strftime
+    monkeypatch.setattr(acc.assembly.manifest.time, "strftime", lambda fmt, *t: "20260101-000000" if fmt == "%Y%m%d-%H%M%S"
                         else real(fmt, *t))
     for tag in ("first", "second"):
         assert acc.launch(launch_fn.describe_rank, tag, backend="ddp", nproc=2)["tag"] == tag
@@ -400,7 +400,7 @@ def test_notebook_launcher_across_two_machines_meets_at_master_addr_and_use_port
 def test_import_acc_stays_torch_free_and_acc_launch_is_callable():
     code = ("import sys, inspect, acc; assert 'torch' not in sys.modules; "
             "assert callable(acc.launch) and 'return_all' in inspect.signature(acc.launch).parameters; "
-            "acc.notebook_launcher, acc.debug_launcher, acc.WorkerFailedError; import acc.launch.plan; "
+            "acc.notebook_launcher, acc.debug_launcher, acc.WorkerFailedError; import acc.contract.launch_plan; "
             "assert 'torch' not in sys.modules; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.stdout.strip() == "ok", proc.stderr

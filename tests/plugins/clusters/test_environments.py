@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from acc.cluster import ClusterError, cluster_manager, detect
+from acc.assembly.clusters import ClusterError, cluster_manager, detect
 from acc_clusters.variables import job_port, text_port
 
 RECORDED = json.loads((Path(__file__).parent / "recorded" / "slurm-22.05.json").read_text())

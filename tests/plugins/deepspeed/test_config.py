@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from acc.settings import ResolvedSettings
+from acc.contract.settings import ResolvedSettings
 from acc_deepspeed.config import complete, read_user_config
 
 

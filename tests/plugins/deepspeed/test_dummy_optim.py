@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from acc import AccError
-from acc.settings import ResolvedSettings
+from acc.contract.settings import ResolvedSettings
 from acc.utils import DummyOptim, DummyScheduler
 from acc.utils.deepspeed import check_prepare, scheduler_for
 from acc_deepspeed.config import describe, fill_optimizer_and_scheduler, read_user_config
@@ -230,7 +230,7 @@ def test_what_is_missing_is_said(case, fragment):
 
 
 def test_the_backends_wrap_hook_raises_the_problems_before_building_an_engine():
-    from acc.context import RunContext
+    from acc.contract.context import RunContext
     from acc_deepspeed import plugin
 
     ctx = RunContext(settings=settings(), backend="deepspeed")

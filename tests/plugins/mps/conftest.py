@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import acc_mps.plugin
-from acc.assembly import assemble
-from acc.context import RunContext
-from acc.plugins import register
+from acc.assembly.choose import assemble
+from acc.contract.context import RunContext
+from acc.assembly.plugins import register
 from acc_mps import availability
 from acc_mps.availability import MpsStatus, dotted
 

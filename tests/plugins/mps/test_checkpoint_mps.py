@@ -12,8 +12,8 @@ from torch import nn
 
 from acc import Accelerator
 from acc import checkpoint as ckpt
-from acc.assembly import assemble
-from acc.context import ProcessInfo, RunContext
+from acc.assembly.choose import assemble
+from acc.contract.context import ProcessInfo, RunContext
 from acc.ops import leaves
 
 from tests.plugins.mps.conftest import mps_context

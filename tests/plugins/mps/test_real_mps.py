@@ -11,7 +11,7 @@ from torch import nn
 
 import acc.builtin.cpu
 from acc import Accelerator
-from acc.plugins import new_plugin_manager, register
+from acc.assembly.plugins import new_plugin_manager, register
 from tests.conftest import ACC, ROOT, run
 from tests.plugins.mps.conftest import requires_mps
 

@@ -11,7 +11,7 @@ import torch
 import acc
 import acc_mps.plugin
 from acc import Accelerator
-from acc.plugins import implemented_hooks
+from acc.assembly.plugins import implemented_hooks
 from acc_mps import availability, precision
 from tests.plugins.mps.conftest import mps_context, requires_no_mps
 

@@ -21,7 +21,7 @@ def accelerator(monkeypatch):
     import acc.builtin.cpu
     import acc_xla.plugin
     from acc import Accelerator
-    from acc.plugins import new_plugin_manager, register
+    from acc.assembly.plugins import new_plugin_manager, register
 
     monkeypatch.setenv("ACC_BACKEND", "xla")
     pm = new_plugin_manager()
@@ -121,7 +121,7 @@ def test_fp16_is_a_clear_error(monkeypatch):
     import acc_xla.plugin
     from acc import Accelerator
     from acc.errors import AccError
-    from acc.plugins import new_plugin_manager, register
+    from acc.assembly.plugins import new_plugin_manager, register
 
     pm = new_plugin_manager()
     register(pm, acc.builtin.cpu, "cpu")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from acc.plugins import installed_backends
+from acc.assembly.plugins import installed_backends
 from tests.conftest import ROOT, clean_env, overlay_venv, pip_install_editable
 from tests.plugins.xla.conftest import HAVE_XLA
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import acc.builtin.cpu
-from acc.assembly import assemble
+from acc.assembly.choose import assemble
 from acc.errors import ValidationError
 from acc.launch import orchestrate, pjrt
-from acc.launch.plan import LaunchPlan, Target
-from acc.plugins import new_plugin_manager, register
+from acc.contract.launch_plan import LaunchPlan, Target
+from acc.assembly.plugins import new_plugin_manager, register
 from acc_xla import loader, plugin
 from tests.conftest import clean_env
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from acc.settings import ResolvedSettings
+from acc.contract.settings import ResolvedSettings
 
 
 @dataclass

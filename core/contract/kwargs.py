@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from acc.enums import DDPCommunicationHookType
+from acc.contract.enums import DDPCommunicationHookType
 
 
 class KwargsHandler:

@@ -1,27 +1,16 @@
 """Which backend fits this machine: every installed backend answers `acc_detect`; the best score wins.
 
-Used by `acc launch` (when no backend was chosen by flag, environment or config file) and `acc config`.
-A first-party backend that would fit better but is not installed is named with its install command.
-Torch-free.
+Used by `acc.assembly.choose` when no backend was chosen by flag, environment or config file (`acc launch`,
+`acc config`). A first-party backend that would fit better but is not installed is named with its install
+command. Torch-free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-from acc import hardware
-
-
-@dataclass(frozen=True)
-class Detection:
-    """A backend's answer to `acc_detect`: how well it fits this machine (higher is better), how many
-    processes it would start per machine, and why, in a few words."""
-
-    backend: str
-    score: int
-    nproc: int = 1
-    reason: str = ""
+from acc.assembly import hardware
+from acc.contract.detection import Detection
 
 
 def suggestions(installed: set[str], environ: Mapping[str, str] | None = None) -> list[Detection]:
@@ -55,7 +44,7 @@ def choose(answers: list[Detection], installed: set[str], environ: Mapping[str, 
 
 def detect(settings: Any, environ: Mapping[str, str] | None = None) -> tuple[Detection, str]:
     """Ask every installed backend (torch-free) and choose."""
-    from acc.plugins import detection_manager
+    from acc.assembly.plugins import detection_manager
 
     pm, installed = detection_manager()
     answers = [a for a in pm.hook.acc_detect(settings=settings) if a is not None]

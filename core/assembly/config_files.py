@@ -31,7 +31,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from acc.errors import ConfigError, did_you_mean
-from acc.settings import CORE_OWNER, Setting, SettingsRegistry
+from acc.contract.settings import CORE_OWNER, Setting, SettingsRegistry
 
 PROJECT_FILE = "acc.toml"
 

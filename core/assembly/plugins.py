@@ -16,9 +16,10 @@ from typing import Any, Iterable
 import importlib_metadata
 import pluggy
 
-from acc import hookspecs
+from acc.contract import hookspecs
 from acc.errors import PluginConflictError, PluginError, PluginLoadError, PluginNotFoundError, did_you_mean
-from acc.settings import CORE_OWNER, SettingsRegistry, core_settings
+from acc.contract.settings import CORE_OWNER, SettingsRegistry
+from acc.assembly.settings import core_settings
 
 BACKEND_GROUP = "acc.backends"
 PLUGIN_GROUP = "acc.plugins"
@@ -48,7 +49,7 @@ class PluginInfo:
 
 
 def _core_version() -> str:
-    from acc._version import __version__
+    from acc.contract.version import __version__
 
     return __version__
 
@@ -116,7 +117,7 @@ def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
         if attr.startswith("acc_") and callable(getattr(plugin, attr)) and attr not in known:
             raise PluginLoadError(
                 f"plugin '{name}' defines {attr}(), which is not an acc hook{did_you_mean(attr, known)}; "
-                f"hooks are listed in acc.hookspecs (hook-spec version {hookspecs.HOOKSPEC_VERSION})"
+                f"hooks are listed in acc.contract.hookspecs (hook-spec version {hookspecs.HOOKSPEC_VERSION})"
             )
     for attr in known:
         fn = getattr(plugin, attr, None)
@@ -285,7 +286,7 @@ def selection_caller(pm: pluggy.PluginManager, name: str) -> Any:
 def declared_capabilities(pm: pluggy.PluginManager, settings: Any) -> Any:
     """The chosen backend's promises (`acc_capabilities`). A backend that declares none (a version-1 backend) is
     taken for the common case, data parallel with gradients averaged every step (what acc 0.1 assumed of all)."""
-    from acc.capabilities import Capabilities
+    from acc.contract.capabilities import Capabilities
 
     backend = settings["backend"]
     own = [i for i in pm.hook.acc_capabilities.get_hookimpls() if i.plugin_name == backend]

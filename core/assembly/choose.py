@@ -1,9 +1,19 @@
-"""Assemble a run: config files + environment + flags -> the plugin set and the resolved settings.
+"""How a run is put together: which backend and plugins it loads and what every setting is. Read this first.
 
-The launcher and every worker assemble the same way, so each rank builds the same plugin manager. The
-launcher hands its result to workers in one environment variable (`ACC_LAUNCH`, JSON), so a worker does
-not re-read config files that might have changed; a script started without `acc launch` (plain
-`python` or `torchrun`) assembles from its own environment and config files. Torch-free.
+`assemble()` is the one place a backend is chosen, in this order:
+
+1. the sources of the `backend` setting, highest first: a flag (`--backend`), the environment (`ACC_BACKEND`),
+   the active cluster environment (`acc.assembly.clusters`; a scheduler names machines and ranks, not backends),
+   the project file (`./acc.toml` or `--config-file`), the user file (`~/.config/acc/config.toml`);
+2. when none of them set it and the caller asks for detection (`acc launch`, `acc config`): every installed
+   backend answers `acc_detect` and the best fit wins (`acc.assembly.detection`);
+3. otherwise the default, the builtin `cpu` backend.
+
+Then `acc.assembly.plugins.build_plugin_manager` loads the chosen backend (entry-point group `acc.backends`) and
+the `-p` plugins, registers the builtin cpu backend `trylast` (it answers every selection hook nobody else
+answers), and checks that no two plugins answer one selection hook. The plugins' own settings join the kernel's
+(`acc_add_settings`), config-file keys are checked against them, and every setting is resolved with its source
+(`acc.assembly.settings.resolve`). The launcher hands the result to its workers (`acc.assembly.handoff`). Torch-free.
 """
 
 from __future__ import annotations
@@ -15,14 +25,13 @@ from typing import Any, Mapping
 
 import pluggy
 
-from acc.cluster import ClusterEnvironment, setting_values
-from acc.cluster import check as check_cluster
-from acc.config import ConfigFile, find_config_files
+from acc.assembly.clusters import ClusterEnvironment, setting_values
+from acc.assembly.clusters import check as check_cluster
+from acc.assembly.config_files import ConfigFile, find_config_files
 from acc.errors import ConfigError, PluginNotFoundError
-from acc.plugins import PluginInfo, build_plugin_manager, collect_settings
-from acc.settings import CORE_OWNER, ResolvedSettings, SettingsRegistry, core_settings, resolve
-
-LAUNCH_ENV = "ACC_LAUNCH"
+from acc.assembly.plugins import PluginInfo, build_plugin_manager, collect_settings
+from acc.contract.settings import CORE_OWNER, ResolvedSettings, SettingsRegistry
+from acc.assembly.settings import core_settings, resolve
 
 
 @dataclass
@@ -89,7 +98,7 @@ def assemble(
     if pm is None:
         core = resolve(_core_registry(), flags, environ, files, cluster=scheduler)
         if detect and core.is_default("backend"):
-            from acc.detection import detect as run_detection
+            from acc.assembly.detection import detect as run_detection
 
             best, line = run_detection(core, environ)
             detected = {"backend": best.backend, "nproc": best.nproc}
@@ -115,27 +124,8 @@ def assemble(
 def _cluster(flags: Mapping[str, Any], environ: Mapping[str, str], files: list[ConfigFile]
              ) -> ClusterEnvironment | None:
     """The active cluster environment (plugins blocked with -p no:NAME are not asked)."""
-    from acc.cluster import detect as detect_cluster
-    from acc.plugins import split_plugin_specs
+    from acc.assembly.clusters import detect as detect_cluster
+    from acc.assembly.plugins import split_plugin_specs
 
     plugins = resolve(_core_registry(), flags, environ, files)["plugins"]
     return detect_cluster(environ, blocked=split_plugin_specs(plugins)[1])
-
-
-def assemble_worker(
-    environ: Mapping[str, str] | None = None, pm: pluggy.PluginManager | None = None
-) -> Assembly:
-    """The assembly inside a training process: from `ACC_LAUNCH` when launched by acc, else from scratch."""
-    environ = os.environ if environ is None else environ
-    blob = environ.get(LAUNCH_ENV)
-    if not blob:
-        return assemble(environ=environ, pm=pm)
-    try:
-        settings = ResolvedSettings.from_json(blob)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"environment variable {LAUNCH_ENV} is not what acc launch writes ({exc}); unset it") from None
-    if pm is None:
-        pm, infos = build_plugin_manager(settings["backend"], settings["plugins"])
-    else:
-        infos = {}
-    return Assembly(settings, pm, infos, collect_settings(pm), launched=True)

@@ -1,6 +1,6 @@
 """The run manifest: what ran, how, with which software. Written by `acc launch` into the run directory
 and into every checkpoint (there with the batch sizes the prepared loaders revealed). Secrets are not recorded:
-the command line and the settings pass through `acc.redact` (credential-like names and token-shaped values).
+the command line and the settings pass through `acc.assembly.redact` (credential-like names and token-shaped values).
 Torch-free."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def software_versions(distributions: list[str]) -> dict[str, str]:
 def build(settings: Mapping[str, Any], sources: Mapping[str, str], plugins: Mapping[str, tuple[str, str]],
           command: list[str], world: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The manifest as JSON-ready data. `plugins` maps plugin name to (distribution, version). The command line and
-    the settings' values are redacted (`acc.redact`): a `--hf_token hf_...` script argument is not recorded."""
-    from acc.redact import redact_argv, redact_data
+    the settings' values are redacted (`acc.assembly.redact`): a `--hf_token hf_...` script argument is not recorded."""
+    from acc.assembly.redact import redact_argv, redact_data
 
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any, ContextManager, Mapping
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from acc.capabilities import Capabilities
-    from acc.cluster import ClusterEnvironment
-    from acc.communicator import Communicator
-    from acc.context import ProcessInfo, RunContext
-    from acc.detection import Detection
-    from acc.launch.plan import LaunchPlan
-    from acc.settings import ResolvedSettings, ScopedRegistry
-    from acc.sharded_build import ShardedBuild
+    from acc.contract.capabilities import Capabilities
+    from acc.contract.cluster import ClusterEnvironment
+    from acc.contract.communicator import Communicator
+    from acc.contract.context import ProcessInfo, RunContext
+    from acc.contract.detection import Detection
+    from acc.contract.launch_plan import LaunchPlan
+    from acc.contract.settings import ResolvedSettings, ScopedRegistry
+    from acc.contract.sharded_build import ShardedBuild
 
 PROJECT = "acc"
 HOOKSPEC_VERSION = 2
@@ -118,8 +118,8 @@ def acc_launch_plan(settings: "ResolvedSettings") -> "LaunchPlan | None":
 def acc_detect(settings: "ResolvedSettings") -> "Detection | None":
     """Say how well this backend fits the machine, for choosing a backend when the user did not.
 
-    :return: ``acc.detection.Detection(backend, score, nproc, reason)`` (score: higher fits better; the cpu
-        backend answers 1; a backend that does not fit returns None). Use ``acc.hardware`` (torch-free).
+    :return: ``acc.contract.detection.Detection(backend, score, nproc, reason)`` (score: higher fits better; the cpu
+        backend answers 1; a backend that does not fit returns None). Use ``acc.assembly.hardware`` (torch-free).
 
     **Kind**: broadcast, over every installed backend at once (only this hook is called on that set).
     **Called by**: ``acc launch`` when no backend was given by flag, environment or config file, and ``acc config``.
