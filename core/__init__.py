@@ -21,9 +21,9 @@ from acc.contract.settings import Setting
 
 _LAZY = {
     "Accelerator": ("acc.accelerator", "Accelerator"),
-    "set_seed": ("acc.seed", "set_seed"),
+    "set_seed": ("acc.runtime.seeding", "set_seed"),
     "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
-    "skip_first_batches": ("acc.data", "skip_first_batches"),
+    "skip_first_batches": ("acc.runtime.data.loader", "skip_first_batches"),
     **{name: ("acc.state", name) for name in ("PartialState", "AcceleratorState", "GradientState")},
     **{name: ("acc.big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",
                                               "load_checkpoint_and_dispatch", "cpu_offload", "disk_offload")},
@@ -42,7 +42,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from acc.accelerator import Accelerator
-    from acc.seed import set_seed
+    from acc.runtime.seeding import set_seed
 
 
 legacy_paths.install()

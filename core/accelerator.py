@@ -22,18 +22,18 @@ import weakref
 
 from acc.assembly.choose import Assembly
 from acc.checkpoint import ProjectConfiguration
-from acc.collectives import CollectivesMixin
-from acc.data import DataSettings, PreparedDataLoader
-from acc.data import skip_first_batches as _skip_first_batches
+from acc.runtime.collectives import CollectivesMixin
+from acc.runtime.data.loader import DataSettings, PreparedDataLoader
+from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
 from acc.contract.enums import DistributedType
 from acc.errors import AccError
 from acc.contract.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
-from acc.optim import AcceleratedOptimizer, AcceleratedScheduler
-from acc.precision import BackendStepper, Precision, check_supported
-from acc.runtime import Runtime
-from acc.prepared import PreparedObjects
+from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler
+from acc.runtime.precision import BackendStepper, Precision, check_supported
+from acc.runtime.worker import Runtime
+from acc.runtime.prepared import PreparedObjects
 from acc.saving import Checkpointer
-from acc.sharded_build import check_empty_init, check_meta_models, has_meta
+from acc.runtime.init_module import check_empty_init, check_meta_models, has_meta
 from acc.state import only_on
 from acc.utils.deepspeed import DummyOptim, DummyScheduler, check_prepare
 
@@ -556,8 +556,8 @@ class Accelerator(CollectivesMixin):
 
     def _compiled(self, model: Any) -> Any:
         """`model` compiled when the run asks for it (dynamo_backend), after the backend wrapped it, in the way
-        the backend declares (acc.compiling: regional, per unit by the backend, or the wrapped model whole)."""
-        from acc.compiling import compile_prepared
+        the backend declares (acc.runtime.compiling: regional, per unit by the backend, or the wrapped model whole)."""
+        from acc.runtime.compiling import compile_prepared
 
         return compile_prepared(self.ctx, model, self._runtime.capabilities)
 

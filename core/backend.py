@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from acc.contract.capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
-from acc.contract.communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator, TorchDistributed
+from acc.contract.communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator
+from acc.runtime.communicators import TorchDistributed
 from acc.contract.context import LoopState, ProcessInfo, RunContext
 from acc.contract.detection import Detection
 from acc.contract.enums import DistributedType
@@ -42,13 +43,13 @@ from acc.utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for
 # name -> (module under acc, attribute): imported (with torch) when first touched
 _LAZY = {
     # torch.distributed process groups, for backends built on them
-    "init_process_group": ("acc.distributed", "init_process_group"),
-    "destroy_process_group": ("acc.distributed", "destroy_process_group"),
-    "launcher_facts": ("acc.distributed", "launcher_facts"),
-    "choose_device": ("acc.distributed", "choose_device"),
+    "init_process_group": ("acc.runtime.distributed", "init_process_group"),
+    "destroy_process_group": ("acc.runtime.distributed", "destroy_process_group"),
+    "launcher_facts": ("acc.runtime.distributed", "launcher_facts"),
+    "choose_device": ("acc.runtime.distributed", "choose_device"),
     # all-gather and reduce-scatter as isend/irecv with each peer (faster than gloo's own)
-    "p2p_all_gather_into": ("acc.distributed", "p2p_all_gather_into"),
-    "p2p_reduce_scatter_sum": ("acc.distributed", "p2p_reduce_scatter_sum"),
+    "p2p_all_gather_into": ("acc.runtime.distributed", "p2p_all_gather_into"),
+    "p2p_reduce_scatter_sum": ("acc.runtime.distributed", "p2p_reduce_scatter_sum"),
     # checkpoint files: tensors as safetensors, everything else read with weights_only; verify before reading
     "CheckpointError": ("acc.checkpoint", "CheckpointError"),
     "save_tensors": ("acc.checkpoint", "save_tensors"),
@@ -61,24 +62,24 @@ _LAZY = {
     "ShardedReader": ("acc.sharded", "ShardedReader"),
     "model_prefix": ("acc.sharded", "model_prefix"),
     # nested structures of tensors
-    "apply": ("acc.ops", "apply"),
+    "apply": ("acc.runtime.ops", "apply"),
     # models built sharded (acc_init_module): the build interface, the meta-device build, the usual splits
-    "ShardedBuild": ("acc.sharded_build", "ShardedBuild"),
-    "MetaBuild": ("acc.sharded_build", "MetaBuild"),
-    "dim0_split": ("acc.sharded_build", "dim0_split"),
-    "flat_split": ("acc.sharded_build", "flat_split"),
+    "ShardedBuild": ("acc.runtime.init_module", "ShardedBuild"),
+    "MetaBuild": ("acc.runtime.init_module", "MetaBuild"),
+    "dim0_split": ("acc.runtime.init_module", "dim0_split"),
+    "flat_split": ("acc.runtime.init_module", "flat_split"),
     # torch.compile for a backend declaring Capabilities(compile="backend"): its units compiled in place
-    "compile_units": ("acc.compiling", "compile_units"),
+    "compile_units": ("acc.runtime.compiling", "compile_units"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from acc.checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
-    from acc.compiling import compile_units
-    from acc.distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
+    from acc.runtime.compiling import compile_units
+    from acc.runtime.distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
                               p2p_all_gather_into, p2p_reduce_scatter_sum)
-    from acc.ops import apply
+    from acc.runtime.ops import apply
     from acc.sharded import ShardedReader, model_prefix, save_pieces
-    from acc.sharded_build import MetaBuild, ShardedBuild, dim0_split, flat_split
+    from acc.runtime.init_module import MetaBuild, ShardedBuild, dim0_split, flat_split
 
 
 def __getattr__(name: str) -> Any:

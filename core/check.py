@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from acc import lifecycle
+from acc.runtime import lifecycle
 from acc.accelerator import Accelerator
-from acc.seed import set_seed
+from acc.runtime.seeding import set_seed
 
 STEPS, BATCH, SAMPLES, EVAL_SAMPLES, EVAL_BATCH = 4, 4, 96, 83, 5
 
@@ -256,7 +256,7 @@ COMPARE_ROUNDS, COMPARE_STEPS, LOSS_STEPS = 5, 2, 4
 
 def _precision_comparison(acc: Accelerator) -> dict:
     """What the run's mixed precision costs and changes here (never raises: an error is the result)."""
-    from acc.precision_support import native_support
+    from acc.runtime.precision_support import native_support
 
     mode, precision = acc.mixed_precision, acc._precision
     device = acc.device
@@ -296,7 +296,7 @@ def compare_precision(mode: str, device: torch.device, rounds: int = COMPARE_ROU
     gradient scaler for fp16) against float32, from the same initial weights on the same data: the loss
     difference over the first LOSS_STEPS steps, then the step-time ratio, the median of `rounds` alternating
     repeats of `steps` steps each (mixed first in even rounds, float32 first in odd ones)."""
-    from acc.precision import Precision
+    from acc.runtime.precision import Precision
 
     big = device.type == "cuda"  # a GPU needs a larger step to be measured rather than its launch overhead
     d_model, heads, ff, batch, tokens = (512, 8, 2048, 32, 256) if big else (128, 4, 512, 4, 64)

@@ -274,7 +274,7 @@ def load_tensors(path: Path, device: Any = "cpu") -> dict[str, torch.Tensor]:
 
 def save_object(obj: Any, path: Path) -> None:
     """Write tensors (moved to the CPU, so the file loads on any device) and plain data with torch.save."""
-    from acc.ops import apply
+    from acc.runtime.ops import apply
 
     obj = apply(lambda t: t.detach().cpu() if t.device.type != "cpu" else t, obj)
     if not hashed_io.is_recording():

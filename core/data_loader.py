@@ -1,10 +1,10 @@
 """Accelerate's `accelerate.data_loader` names, for scripts that import from that path: acc's prepared loader,
-samplers and `skip_first_batches` (see acc.data and acc.sharding for what they do)."""
+samplers and `skip_first_batches` (see acc.runtime.data.loader and acc.runtime.data.samplers for what they do)."""
 
 from __future__ import annotations
 
-from acc.data import PreparedDataLoader, skip_first_batches
-from acc.sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
+from acc.runtime.data.loader import PreparedDataLoader, skip_first_batches
+from acc.runtime.data.samplers import IterableShard, SeedableRandomSampler, ShardedBatchSampler
 
 DataLoaderShard = PreparedDataLoader
 DataLoaderDispatcher = PreparedDataLoader  # dispatching is a mode of the same loader (DataLoaderConfiguration)

@@ -49,8 +49,8 @@ def _as_device(device: Any) -> torch.device:
 
 
 def send_to_device(data: Any, device: Any, skip_keys: str | list[str] | None = None) -> Any:
-    """`data` on `device` (acc.ops.send_to_device); values under `skip_keys` of a mapping stay where they are."""
-    from acc.ops import send_to_device as send
+    """`data` on `device` (acc.runtime.ops.send_to_device); values under `skip_keys` of a mapping stay where they are."""
+    from acc.runtime.ops import send_to_device as send
 
     skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or ())
     if skip and isinstance(data, Mapping):

@@ -290,7 +290,7 @@ def _run_here(fn: Callable[..., Any], args: tuple, env: Mapping[str, str], calle
     script run by `acc launch` on the cpu backend gets it); a runtime it set up is ended afterwards."""
     import traceback
 
-    runtime_module = sys.modules.get("acc.runtime")
+    runtime_module = sys.modules.get("acc.runtime.worker")
     before = runtime_module.current() if runtime_module is not None else None
     saved = dict(os.environ)
     os.environ.clear()
@@ -313,7 +313,7 @@ def _run_here(fn: Callable[..., Any], args: tuple, env: Mapping[str, str], calle
                             *("    " + line for line in text.rstrip().splitlines())])
         raise WorkerFailedError(report, 0, 0, 1, error, text) from exc
     finally:
-        runtime_module = sys.modules.get("acc.runtime")
+        runtime_module = sys.modules.get("acc.runtime.worker")
         started = runtime_module.current() if runtime_module is not None else None
         if started is not None and started is not before:
             started.teardown()

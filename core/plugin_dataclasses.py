@@ -319,7 +319,7 @@ class TorchDynamoPlugin(KwargsHandler):
     setting (Accelerate reads its launcher's choice the same way); the other fields are torch.compile's arguments
     (None: torch's default). `to_kwargs()` gives the fields that were set, `backend` as torch's lower-case name.
     `use_regional_compilation=True` compiles the model's repeated blocks one by one, in place, on any backend (a
-    model without repeated blocks is refused; see acc.compiling)."""
+    model without repeated blocks is refused; see acc.runtime.compiling)."""
 
     backend: Any = None
     mode: Optional[str] = None

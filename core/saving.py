@@ -28,7 +28,7 @@ from acc import checkpoint as ckpt
 from acc import hashed_io
 from acc.assembly import manifest as run_manifest
 from acc.checkpoint import CheckpointError, ProjectConfiguration
-from acc.prepared import PreparedObjects
+from acc.runtime.prepared import PreparedObjects
 
 KERNEL_STATE = "kernel_state.pt"
 RNG_FILE = "rng_state_{rank}.pt"
@@ -252,7 +252,7 @@ class Checkpointer:
                 state = obj.state_dict()
             except Exception:  # noqa: BLE001  (an estimate only)
                 continue
-            from acc.ops import apply
+            from acc.runtime.ops import apply
 
             sizes: list[int] = []
 

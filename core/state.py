@@ -1,6 +1,6 @@
 """Accelerate's state objects: `PartialState`, `AcceleratorState`, `GradientState` (module `acc.state`).
 
-They are views of the current run (acc.runtime): creating one reads the process's facts, never copies them.
+They are views of the current run (acc.runtime.worker): creating one reads the process's facts, never copies them.
 `PartialState()` in a script without an `Accelerator` (an inference script started by `acc launch` or
 torchrun) sets the backend up as `Accelerator()` would, so `split_between_processes`, `wait_for_everyone`
 and the free collectives of `acc.utils` work there.
@@ -12,7 +12,7 @@ import contextlib
 import functools
 from typing import Any, Callable, Iterator
 
-from acc import runtime as _runtime
+from acc.runtime import worker as _runtime
 from acc.contract.enums import DistributedType
 
 

@@ -44,7 +44,7 @@ def say(message: str) -> None:
 
 
 def _is_main_process() -> bool:
-    from acc import runtime
+    from acc.runtime import worker as runtime
 
     run = runtime.current()
     if run is not None:
@@ -425,7 +425,7 @@ class Trackers:
         if self.trackers:
             # a script that ends without end_training, or with an exception, still closes them (their last lines
             # written): at its normal end (also in a forked worker), and at exit after a failure
-            from acc import lifecycle
+            from acc.runtime import lifecycle
 
             def finish() -> None:  # holds this object: the script's own references may be gone by then
                 self.finish()

@@ -3,7 +3,7 @@
 ```
 acc launch (launcher process)                         each worker process
   acc.assembly.choose.assemble()  -> settings            Accelerator() / PartialState()
-  acc.launcher.orchestrate         -> write(env, ...)      -> acc.runtime.worker.Runtime
+  acc.launcher.orchestrate         -> write(env, ...)      -> acc.runtime.worker.worker.Runtime
        env["ACC_LAUNCH"] = settings + sources as JSON        -> assemble_worker(): read(environ),
   the engine (elastic agent, fork, exec, PJRT) starts            the same plugin set rebuilt from
   the workers with that environment                              settings["backend"], settings["plugins"]

@@ -43,7 +43,7 @@ from acc.big_model.dispatch import (
     load_checkpoint_in_model,
     remove_hooks,
 )
-from acc.big_model.empty import init_empty_weights, init_on_device
+from acc.runtime.empty_weights import init_empty_weights, init_on_device
 from acc.big_model.files import read_safetensors_index
 from acc.big_model.planner import (
     DeviceMap,

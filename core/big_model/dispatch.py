@@ -151,8 +151,8 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
 
 def _builds_of(model: nn.Module) -> dict[int, Any]:
     """The parameters of `model` built under `accelerator.init_module()` by a sharding backend, with their build."""
-    from acc.runtime import current
-    from acc.sharded_build import owner_of
+    from acc.runtime.worker import current
+    from acc.runtime.init_module import owner_of
 
     runtime = current()
     builds = getattr(runtime, "builds", None) or []

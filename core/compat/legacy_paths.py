@@ -1,7 +1,7 @@
 """Module paths of acc 0.1's backend SDK (hook-spec version 1) that now live elsewhere.
 
 A version-1 backend (what `acc new-backend` wrote with acc 0.1) imports `acc.settings`, `acc.communicator`,
-`acc.distributed` and `acc.launch` (for `elastic_plan`) besides `acc` itself. Those modules moved into the role
+`acc.runtime.distributed` and `acc.launch` (for `elastic_plan`) besides `acc` itself. Those modules moved into the role
 packages, and `acc.launch` is now a function (`acc.launch(fn)`). So that such a backend still installs, launches and
 trains, `install()` (called once by `import acc`) puts one small stand-in module under each old path into
 `sys.modules`: importing the old path finds it there, and its names resolve, when first touched, to the objects
@@ -20,7 +20,9 @@ from typing import Any
 # old path -> (where its names live now, {name: module} for names that live elsewhere, what to import instead)
 MOVED: dict[str, tuple[str | None, dict[str, str], str]] = {
     "acc.settings": ("acc.contract.settings", {}, "acc.backend"),
-    "acc.communicator": ("acc.contract.communicator", {}, "acc.backend"),
+    "acc.communicator": ("acc.contract.communicator", {"TorchDistributed": "acc.runtime.communicators",
+                                                        "HookCommunicator": "acc.runtime.communicators"}, "acc.backend"),
+    "acc.distributed": ("acc.runtime.distributed", {}, "acc.backend"),
 }
 
 

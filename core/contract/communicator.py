@@ -10,7 +10,7 @@ with the single-process `LocalCommunicator`.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable
+from typing import Any
 
 COLLECTIVES = ("all_reduce", "all_gather", "gather_object", "broadcast", "broadcast_object", "barrier")
 REDUCE_OPS = ("sum", "mean", "max", "min")
@@ -66,70 +66,9 @@ class LocalCommunicator(Communicator):
         return None
 
 
-class TorchDistributed(Communicator):
-    """The collectives over torch.distributed's default process group (gloo, nccl, ...): ddp, fsdp, deepspeed
-    and third-party backends built on it answer `acc_communicator` with `TorchDistributed()`."""
-
-    def all_reduce(self, tensor: Any, op: str) -> Any:
-        from acc import distributed
-
-        return distributed.all_reduce(tensor, op)
-
-    def all_gather(self, tensor: Any) -> Any:
-        from acc import distributed
-
-        return distributed.all_gather(tensor)
-
-    def gather_object(self, obj: Any) -> list[Any]:
-        from acc import distributed
-
-        return distributed.gather_object(obj)
-
-    def broadcast(self, tensor: Any, src: int) -> Any:
-        from acc import distributed
-
-        return distributed.broadcast(tensor, src)
-
-    def broadcast_object(self, obj: Any, src: int) -> Any:
-        from acc import distributed
-
-        return distributed.broadcast_object(obj, src)[0]
-
-    def barrier(self) -> None:
-        from acc import distributed
-
-        distributed.barrier()
-
-
-class HookCommunicator(Communicator):
-    """A version-1 backend's six collective hooks seen as a Communicator (its boxed answers unboxed)."""
-
-    def __init__(self, call: Callable[..., Any], ctx: Any):
-        self._call, self._ctx = call, ctx
-
-    def all_reduce(self, tensor: Any, op: str) -> Any:
-        return self._call("acc_all_reduce", ctx=self._ctx, tensor=tensor, op=op)
-
-    def all_gather(self, tensor: Any) -> Any:
-        return self._call("acc_all_gather", ctx=self._ctx, tensor=tensor)
-
-    def gather_object(self, obj: Any) -> list[Any]:
-        return list(self._call("acc_gather_object", ctx=self._ctx, obj=obj))
-
-    def broadcast(self, tensor: Any, src: int) -> Any:
-        return self._call("acc_broadcast", ctx=self._ctx, tensor=tensor, src=src)
-
-    def broadcast_object(self, obj: Any, src: int) -> Any:
-        return self._call("acc_broadcast_object", ctx=self._ctx, obj=obj, src=src)[0]
-
-    def barrier(self) -> None:
-        self._call("acc_barrier", ctx=self._ctx)
-
-
 def missing_collectives(communicator: Any) -> list[str]:
     """The Communicator methods `communicator` lacks (an object need not subclass Communicator)."""
     return [name for name in COLLECTIVES if not callable(getattr(communicator, name, None))]
 
 
-__all__ = ["COLLECTIVES", "Communicator", "HookCommunicator", "LocalCommunicator", "REDUCE_OPS", "TorchDistributed",
-           "missing_collectives"]
+__all__ = ["COLLECTIVES", "Communicator", "LocalCommunicator", "REDUCE_OPS", "missing_collectives"]

@@ -2,7 +2,7 @@
 all of it, and the usual splits of a tensor among processes (FSDP2's dim-0 chunks, ZeRO-3's flat pieces).
 
 Torch-free (tensors are only named in annotations); the meta-device build that fsdp uses is
-`acc.runtime.init_module.MetaBuild`.
+`acc.runtime.worker.init_module.MetaBuild`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from acc.tracebacks import print_exception
+from acc.runtime.tracebacks import print_exception
 from acc.launch.worker_memory import apply_threshold
 
 
@@ -139,7 +139,7 @@ def _run_as_worker(body: Callable[[], Any]) -> Any:
     (runpy's, acc's and pluggy's frames left out) and recorded for the failure report. Returns the body's value
     (None after `sys.exit(0)`); on a failure the process exits here with its code, and nothing of the launcher's
     teardown runs in this child."""
-    from acc import lifecycle
+    from acc.runtime import lifecycle
 
     code, value = 0, None
     try:
@@ -196,11 +196,11 @@ def _streams_follow_redirects() -> None:
 def _forget_the_callers_run() -> None:
     """A process that called acc.launch may hold a run of its own (an Accelerator made in a notebook cell, a
     previous in-process launch): the child starts without it, as a fresh worker would."""
-    from acc import lifecycle
+    from acc.runtime import lifecycle
 
     lifecycle._state.clear()
     lifecycle._state.update({"failed": None, "installed": False})
-    runtime = sys.modules.get("acc.runtime")
+    runtime = sys.modules.get("acc.runtime.worker")
     if runtime is not None:
         runtime._CURRENT["runtime"] = None
 

@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from acc.accelerator import Accelerator
-from acc.seed import set_seed
+from acc.runtime.seeding import set_seed
 
 SAMPLES, BATCH = 50, 4
 TRAIN_SAMPLES = 128
@@ -87,7 +87,7 @@ def run_contract(out: Path) -> None:
     info = acc.ctx.process
     types["acc_setup"] = {"ok": info is not None and info.num_processes == world and 0 <= rank < world,
                           "device": str(acc.device)}
-    from acc.sharded_build import ShardedBuild
+    from acc.runtime.init_module import ShardedBuild
 
     build = _record(types, "acc_init_module", lambda: acc._hooks.acc_init_module(ctx=acc.ctx, empty_init=None))
     if types["acc_init_module"]["ok"] and not (build is None or isinstance(build, ShardedBuild)):

@@ -31,9 +31,9 @@ _IMPORTS = (  # acc.utils.imports: the is_*_available checks
 )
 
 _LAZY = {
-    "set_seed": ("acc.seed", "set_seed"),
+    "set_seed": ("acc.runtime.seeding", "set_seed"),
     "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
-    "send_to_device": ("acc.ops", "send_to_device"),
+    "send_to_device": ("acc.runtime.ops", "send_to_device"),
     # dataclasses: enumerations and the kwargs base class
     "KwargsHandler": ("acc.contract.kwargs", "KwargsHandler"),
     "ComputeEnvironment": ("acc.contract.enums", "ComputeEnvironment"),
@@ -85,7 +85,7 @@ _LAZY = {
     # deepspeed: the placeholders for a DeepSpeed config's optimizer and scheduler
     "DummyOptim": ("acc.utils.deepspeed", "DummyOptim"),
     "DummyScheduler": ("acc.utils.deepspeed", "DummyScheduler"),
-    "skip_first_batches": ("acc.data", "skip_first_batches"),
+    "skip_first_batches": ("acc.runtime.data.loader", "skip_first_batches"),
     # modeling (the device-map names are acc.big_model's)
     "check_device_map": ("acc.big_model", "check_device_map"),
     "compute_module_sizes": ("acc.big_model", "compute_module_sizes"),
@@ -121,8 +121,8 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from acc.checkpoint import ProjectConfiguration
-    from acc.ops import send_to_device
-    from acc.seed import set_seed
+    from acc.runtime.ops import send_to_device
+    from acc.runtime.seeding import set_seed
 
 
 def __getattr__(name: str) -> Any:

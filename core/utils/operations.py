@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from acc.ops import send_to_device  # noqa: F401  (accelerate.utils.operations.send_to_device)
+from acc.runtime.ops import send_to_device  # noqa: F401  (accelerate.utils.operations.send_to_device)
 
 
 def is_torch_tensor(tensor: Any) -> bool:
@@ -144,7 +144,7 @@ __all__ = ["ConvertOutputsToFp32", "convert_outputs_to_fp32", "convert_to_fp32",
 
 
 def _run() -> Any:
-    from acc.runtime import current_or_start
+    from acc.runtime.worker import current_or_start
 
     return current_or_start()
 
@@ -186,7 +186,7 @@ def wait_for_everyone() -> None:
 
 def synchronize_rng_states(rng_types: list, generator: Any = None) -> None:
     """Give every process rank 0's state of each RNG named in `rng_types` ("torch", "cuda", "generator", ...)."""
-    from acc.data import synchronize_rng_states as sync
+    from acc.runtime.data.loader import synchronize_rng_states as sync
 
     run = _run()
     # each state is a byte tensor of one size on every rank: one tensor broadcast, not a pickled object

@@ -68,7 +68,7 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
     too and, with `keep_torch_compile`, returned still compiled around the unwrapped model.
     `keep_fp32_wrapper=False` removes the mixed-precision forward (acc's autocast wrapper, or one made with
     `convert_outputs_to_fp32`). `recursive` also unwraps `.module` containers among the submodules."""
-    from acc.precision import Precision
+    from acc.runtime.precision import Precision
 
     compiled = None
     if is_compiled_module(model):
@@ -124,7 +124,7 @@ def clean_state_dict_for_safetensors(state_dict: dict) -> dict:
 
 
 def _to_cpu_if_xla(obj: Any) -> Any:
-    from acc.ops import apply
+    from acc.runtime.ops import apply
 
     return apply(lambda t: t.cpu() if t.device.type == "xla" else t, obj)
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import acc
 from acc import Accelerator, set_seed
-from acc.optim import AcceleratedOptimizer, AcceleratedScheduler
+from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler
 
 
 @pytest.fixture
@@ -194,7 +194,7 @@ def test_shuffled_loader_order_depends_on_seed_and_epoch(fresh_pm):
 
 def test_split_keeps_a_dataset_a_dataset_and_pads_as_accelerate_does():
     """split_between_processes on an object with `select` (a datasets.Dataset) gives a Dataset back."""
-    from acc.collectives import split
+    from acc.runtime.collectives import split
 
     class Rows:  # the part of datasets.Dataset's interface the split uses
         def __init__(self, rows):

@@ -1,4 +1,4 @@
-"""torch.compile of prepared models (acc.compiling): which blocks regional compilation picks, in-place compiling,
+"""torch.compile of prepared models (acc.runtime.compiling): which blocks regional compilation picks, in-place compiling,
 the refusal of a model without repeated blocks, and the capability a backend declares."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from torch import nn
 
 from acc import AccError, Accelerator, TorchDynamoPlugin
 from acc.contract.capabilities import Capabilities
-from acc.compiling import compile_units, repeated_blocks
+from acc.runtime.compiling import compile_units, repeated_blocks
 
 
 class Block(nn.Module):

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler, TensorDataset
 
-from acc.data import DataSettings, PreparedDataLoader, skip_first_batches
-from acc.sharding import ShardedBatchSampler
+from acc.runtime.data.loader import DataSettings, PreparedDataLoader, skip_first_batches
+from acc.runtime.data.samplers import ShardedBatchSampler
 
 
 class Broadcasts:
@@ -234,7 +234,7 @@ def test_seedable_sampler_draws_randomsamplers_order_for_seed_plus_epoch_and_adv
         replacement, num_samples):
     from torch.utils.data import RandomSampler
 
-    from acc.sharding import SeedableRandomSampler
+    from acc.runtime.data.samplers import SeedableRandomSampler
 
     data = list(range(10))
     sampler = SeedableRandomSampler(data, replacement=replacement, num_samples=num_samples, data_seed=7)

@@ -208,8 +208,8 @@ def test_native_amp_false_turns_autocast_off(fresh_pm):
 
 
 def test_unsupported_precision_is_a_clear_error_at_setup(fresh_pm, monkeypatch):
-    import acc.precision
+    import acc.runtime.precision
 
-    monkeypatch.setattr(acc.precision.torch.amp, "is_autocast_available", lambda kind: False)
+    monkeypatch.setattr(acc.runtime.precision.torch.amp, "is_autocast_available", lambda kind: False)
     with pytest.raises(acc.AccError, match="mixed_precision 'fp16' needs autocast on device 'cpu'"):
         Accelerator(plugin_manager=fresh_pm, mixed_precision="fp16")

@@ -1,6 +1,6 @@
 """Mixed precision the device only emulates is warned about once, when the Accelerator is created.
 
-The CPU's flags are faked in one place (`fake_cpu_flags`, through `acc.precision_support.cpu_flags`, the only
+The CPU's flags are faked in one place (`fake_cpu_flags`, through `acc.runtime.precision_support.cpu_flags`, the only
 reader of the machine's flags), and the real CPU is checked against its own /proc/cpuinfo.
 """
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from acc import Accelerator, precision_support
-from acc.precision_support import EmulatedPrecisionWarning
+from acc import Accelerator
+from acc.runtime import precision_support
+from acc.runtime.precision_support import EmulatedPrecisionWarning
 
 AVX2_ONLY = {"fpu", "sse2", "avx", "avx2", "fma"}  # the AMD EPYC where bf16 made a step 24x slower
 

@@ -43,8 +43,8 @@ def acc_imports(source: str) -> list[tuple[int, str]]:
 def test_the_scan_sees_every_form_of_import():
     found = [m for _, m in acc_imports("import acc\nimport acc.plugins\nfrom acc import backend as sdk, settings\n"
                                        "from acc.launch import elastic_plan\nfrom . import local\n"
-                                       "def f():\n    from acc.ops import x\n")]
-    assert found == ["acc", "acc.plugins", "acc.backend", "acc.settings", "acc.launch", "acc.ops"]
+                                       "def f():\n    from acc.runtime.ops import x\n")]
+    assert found == ["acc", "acc.plugins", "acc.backend", "acc.settings", "acc.launch", "acc.runtime.ops"]
 
 
 @pytest.mark.parametrize("group,directory", _plugins(), ids=lambda v: v.name if isinstance(v, Path) else v)

@@ -1,4 +1,4 @@
-"""acc.sharded_build in one process: the splits, the meta-device build's replay of reset_parameters (equal to a
+"""acc.runtime.init_module in one process: the splits, the meta-device build's replay of reset_parameters (equal to a
 normal build, part by part), loading a checkpoint's parts, and how the cpu backend treats init_module and meta
 models."""
 
@@ -15,7 +15,7 @@ from torch import nn
 import acc
 from acc import Accelerator
 from acc.errors import AccError
-from acc.sharded_build import MetaBuild, dim0_split, flat_split
+from acc.runtime.init_module import MetaBuild, dim0_split, flat_split
 
 
 class Block(nn.Module):

@@ -1,4 +1,4 @@
-"""Readable failures (acc.tracebacks): pluggy's frames, acc's dispatch and hook implementations are left out of the
+"""Readable failures (acc.runtime.tracebacks): pluggy's frames, acc's dispatch and hook implementations are left out of the
 tracebacks acc prints and records; the user's frames and the frame that raised stay; ACC_DEBUG=1 shows them all."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 import acc
 from acc import hookimpl
-from acc.tracebacks import format_exception
+from acc.runtime.tracebacks import format_exception
 from tests.conftest import clean_env
 
 PLUGGY = str(__import__("pathlib").Path(pluggy.__file__).parent) + "/"
@@ -74,7 +74,7 @@ def test_the_frame_that_raised_stays_even_inside_acc_and_causes_are_trimmed_too(
     monkeypatch.delenv("ACC_DEBUG", raising=False)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
-    from acc.distributed import launcher_facts
+    from acc.runtime.distributed import launcher_facts
     from acc.errors import AccError
 
     def user():
@@ -86,7 +86,7 @@ def test_the_frame_that_raised_stays_even_inside_acc_and_causes_are_trimmed_too(
     with pytest.raises(AccError) as info:
         launcher_facts("ddp")  # raises in acc's own code
     text = format_exception(info.value)
-    assert f"{ACC_DIR}distributed.py" in text and "in launcher_facts" in text, text  # the frame that raised
+    assert f"{ACC_DIR}runtime/distributed.py" in text and "in launcher_facts" in text, text  # the frame that raised
     with pytest.raises(RuntimeError) as info:
         user()
     text = format_exception(info.value)

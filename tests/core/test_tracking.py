@@ -86,7 +86,7 @@ def test_on_main_process_follows_the_trackers_main_process_only(monkeypatch):
         def f(self):
             return "ran"
 
-    from acc import runtime
+    from acc.runtime import worker as runtime
 
     monkeypatch.setitem(runtime._CURRENT, "runtime", None)  # no run in this process: the launcher's RANK decides
     monkeypatch.setenv("RANK", "1")

@@ -236,7 +236,7 @@ def one_process_group():
 
 
 def test_extract_model_from_parallel_unwraps_ddp_compile_and_the_autocast_forward(one_process_group):
-    from acc.precision import Precision
+    from acc.runtime.precision import Precision
 
     model = nn.Linear(4, 2)
     Precision("bf16", torch.device("cpu")).patch_forward(model)

@@ -11,8 +11,8 @@ import pytest
 import acc
 import acc.utils
 from acc.checkpoint import ProjectConfiguration
-from acc.ops import send_to_device
-from acc.seed import set_seed
+from acc.runtime.ops import send_to_device
+from acc.runtime.seeding import set_seed
 
 
 def test_the_accelerate_utils_names_are_the_kernels_own_objects():

@@ -13,7 +13,7 @@ import subprocess
 
 from torch.utils.data import BatchSampler, SequentialSampler
 
-from acc.sharding import ShardedBatchSampler
+from acc.runtime.data.samplers import ShardedBatchSampler
 from tests.differential.harness import SCRIPTS
 
 CASES = [

@@ -38,7 +38,7 @@ def prepare_through_hooks(accelerator, model, optimizer, loader, scheduler):
     """What Accelerator.prepare(model, DummyOptim, loader, DummyScheduler) does once the kernel takes the
     placeholders: the loader first, then the model and optimizer through the backend's acc_wrap, then the
     scheduler on the optimizer the backend returned."""
-    from acc.optim import AcceleratedOptimizer
+    from acc.runtime.optim import AcceleratedOptimizer
 
     loader = accelerator.prepare(loader)
     [model], [engine_optimizer] = accelerator._pm.hook.acc_wrap(ctx=accelerator.ctx, models=[model.to(accelerator.device)],

@@ -3,7 +3,7 @@
 Every ZeRO stage moves its parameters and gradients through DeepSpeed's communication backend: all-gathers of
 parameter partitions (ZeRO-3 before each module, ZeRO-1/2 after each step) and reduce-scatters of gradient buckets.
 On gloo these are gloo's own all_gather_into_tensor and reduce_scatter_tensor, which took 4x and 2.5x the time of
-the same bytes sent as isend/irecv with each peer (acc.distributed's p2p collectives, which fsdp uses too). With
+the same bytes sent as isend/irecv with each peer (acc.runtime.distributed's p2p collectives, which fsdp uses too). With
 `zero_collectives` = p2p (auto on gloo) the backend's two methods go to those; any other call (another reduce
 op, sizes that are not an equal split) still goes to DeepSpeed's own.
 """

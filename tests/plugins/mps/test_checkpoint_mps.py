@@ -14,7 +14,7 @@ from acc import Accelerator
 from acc import checkpoint as ckpt
 from acc.assembly.choose import assemble
 from acc.contract.context import ProcessInfo, RunContext
-from acc.ops import leaves
+from acc.runtime.ops import leaves
 
 from tests.plugins.mps.conftest import mps_context
 

@@ -7,7 +7,7 @@
 - Model outputs come back in float32 (opt out with `AutocastKwargs(outputs_float32=False)`).
 
 A mode the device only emulates (bf16 on a CPU without avx512_bf16/amx_bf16, a GPU without bf16) is warned
-about once when the run's `Precision` is made (`acc.precision_support`).
+about once when the run's `Precision` is made (`acc.runtime.precision_support`).
 
 A backend that implements precision itself (DeepSpeed, XLA) sets `ProcessInfo.native_precision`; the
 kernel then leaves models, losses and steps alone.
@@ -25,8 +25,8 @@ from typing import Any, Callable
 import torch
 
 from acc.errors import AccError
-from acc.ops import apply
-from acc.precision_support import warn_if_emulated
+from acc.runtime.ops import apply
+from acc.runtime.precision_support import warn_if_emulated
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

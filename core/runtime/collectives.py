@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from acc import ops
+from acc.runtime import ops
 
 
 class CollectivesMixin:

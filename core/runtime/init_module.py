@@ -75,7 +75,7 @@ class MetaBuild(ShardedBuild):
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
-        from acc.big_model.empty import init_empty_weights
+        from acc.runtime.empty_weights import init_empty_weights
 
         seen: dict[int, nn.Module] = {}
         children: set[int] = set()

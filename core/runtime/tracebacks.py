@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 DEBUG_ENV = "ACC_DEBUG"
-_ACC_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_ACC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the acc package
 
 
 def _pluggy_dir() -> str | None:

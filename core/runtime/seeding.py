@@ -31,7 +31,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
 
 def _process_index() -> int:
     """This process's global index: the current run's, else the launcher's RANK variable."""
-    from acc.runtime import current
+    from acc.runtime.worker import current
 
     run = current()
     return run.process_index if run is not None else int(os.environ.get("RANK", "0"))

@@ -13,11 +13,12 @@ from typing import Any, Mapping
 
 import pluggy
 
-from acc import lifecycle
+from acc.runtime import lifecycle
 from acc.assembly.choose import Assembly
 from acc.assembly.handoff import assemble_worker
-from acc.collectives import CollectivesMixin
-from acc.contract.communicator import COLLECTIVES, HookCommunicator, LocalCommunicator, missing_collectives
+from acc.runtime.collectives import CollectivesMixin
+from acc.contract.communicator import COLLECTIVES, LocalCommunicator, missing_collectives
+from acc.runtime.communicators import HookCommunicator
 from acc.contract.context import RunContext
 from acc.contract.enums import DistributedType, as_distributed_type
 from acc.errors import AccError

@@ -1,6 +1,6 @@
 """How a worker ends: cleanly on success, with its own exit code and an error record on failure.
 
-- An uncaught exception is printed (without the frames of pluggy and of acc's dispatch, `acc.tracebacks`;
+- An uncaught exception is printed (without the frames of pluggy and of acc's dispatch, `acc.runtime.tracebacks`;
   ACC_DEBUG=1 shows them), recorded in the elastic agent's error file (TORCHELASTIC_ERROR_FILE,
   torch's JSON format, so the launcher can show the failing rank's traceback), and the process exits
   with 1 right after the atexit handlers registered after the Accelerator ran, skipping the C++ teardown
@@ -33,7 +33,7 @@ def record_error(etype: type, value: BaseException, tb: Any) -> None:
     if not path:
         return
     data = {"message": {"message": f"{etype.__name__}: {value}", "extraInfo": {
-        "py_callstack": _formatted(etype, value, tb),  # from the user's line on (acc.tracebacks)
+        "py_callstack": _formatted(etype, value, tb),  # from the user's line on (acc.runtime.tracebacks)
         "timestamp": str(int(time.time())),
         "acc_time_ns": str(time.time_ns()),  # finer than torch's seconds: tells which rank failed first
     }}}
@@ -45,7 +45,7 @@ def record_error(etype: type, value: BaseException, tb: Any) -> None:
 
 
 def _formatted(etype: type, value: BaseException, tb: Any) -> str:
-    from acc.tracebacks import format_exception
+    from acc.runtime.tracebacks import format_exception
 
     if value is None or value.__traceback__ is not tb:
         return "".join(traceback.format_exception(etype, value, tb))

@@ -26,9 +26,9 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from acc import ops
-from acc.batched_rows import batched_rows
-from acc.sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler
+from acc.runtime import ops
+from acc.runtime.data.tensor_rows import batched_rows
+from acc.runtime.data.samplers import IterableShard, SeedableRandomSampler, ShardedBatchSampler
 
 _LOADER_ARGS = (
     "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
