@@ -33,7 +33,7 @@ _LAZY = {
     "find_executable_batch_size": ("acc.utils.memory", "find_executable_batch_size"),
     "is_rich_available": ("acc.utils.imports", "is_rich_available"),
     "DDPCommunicationHookType": ("acc.contract.enums", "DDPCommunicationHookType"),
-    **{name: ("acc.launchers", name) for name in ("notebook_launcher", "debug_launcher", "WorkerFailedError")},
+    **{name: ("acc.launchers", name) for name in ("launch", "notebook_launcher", "debug_launcher", "WorkerFailedError")},
     "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
     "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
     "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),

@@ -35,7 +35,8 @@ from acc.assembly.hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, o
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
 from acc.contract.kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
                      KwargsHandler)
-from acc.contract.launch_plan import LaunchPlan, Rendezvous, elastic_plan
+from acc.contract.launch_plan import LaunchPlan, Rendezvous
+from acc.launcher.plans import elastic_plan
 from acc.assembly.plugins import module_available
 from acc.contract.settings import ResolvedSettings, Setting
 from acc.utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for

@@ -21,13 +21,13 @@ from acc.contract.cluster import CLUSTER_GROUP, ClusterEnvironment, ClusterError
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
 
 
-_LAZY = {name: ("acc.assembly.clusters", name) for name in (
-    "check", "cluster_manager", "contradictions", "detect", "installed_clusters", "kernel_problems", "setting_values",
-    "task_plan")}
+_LAZY = {**{name: ("acc.assembly.clusters", name) for name in (
+    "check", "cluster_manager", "contradictions", "detect", "installed_clusters", "kernel_problems", "setting_values")},
+    "task_plan": ("acc.launcher.plans", "task_plan")}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from acc.assembly.clusters import (check, cluster_manager, contradictions, detect, installed_clusters,
-                                       kernel_problems, setting_values, task_plan)
+    from acc.assembly.clusters import check, cluster_manager, contradictions, detect, installed_clusters, kernel_problems, setting_values
+    from acc.launcher.plans import task_plan
 
 
 def __getattr__(name: str) -> Any:

@@ -13,11 +13,10 @@ import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from acc.errors import ConfigError, LaunchError, PluginError, PluginLoadError, ValidationError
+from acc.errors import ConfigError, PluginError, PluginLoadError, ValidationError
 from acc.contract.cluster import CLUSTER_GROUP, ClusterEnvironment, ClusterError
 
 if TYPE_CHECKING:
-    from acc.contract.launch_plan import LaunchPlan
     from acc.assembly.plugins import PluginInfo
 
 # ClusterEnvironment field -> the kernel setting it provides
@@ -162,33 +161,7 @@ def kernel_problems(settings: Any, env: ClusterEnvironment | None) -> list[str]:
     return out
 
 
-DEFAULT_PORT = 29500
 
 
-def task_plan(plan: "LaunchPlan", env: ClusterEnvironment, settings: Any) -> "LaunchPlan":
-    """The plan for one process the scheduler started (one task per process): engine `task`, this process becomes
-    the worker, with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...) from the scheduler."""
-    from acc.contract.launch_plan import Rendezvous
-
-    if plan.engine != "elastic":
-        raise LaunchError(f"the {settings['backend']} backend starts its processes with the '{plan.engine}' engine, "
-                          f"which cannot run as one process per {env.name} task ({env.label}); start one task per "
-                          "machine so that acc launch starts the processes itself")
-    nproc, machines = settings["nproc"], settings["num_machines"]
-    address = settings["main_process_ip"] or "127.0.0.1"
-    port = settings["main_process_port"] or DEFAULT_PORT
-    variables = {
-        "RANK": env.rank, "LOCAL_RANK": env.local_rank, "WORLD_SIZE": nproc * machines, "LOCAL_WORLD_SIZE": nproc,
-        "GROUP_RANK": settings["machine_rank"], "GROUP_WORLD_SIZE": machines, "ROLE_RANK": env.rank,
-        "ROLE_WORLD_SIZE": nproc * machines, "ROLE_NAME": "default", "MASTER_ADDR": address, "MASTER_PORT": port,
-    }
-    why = (f"{env.name} started every process: each joins torch's process group at MASTER_ADDR:MASTER_PORT, "
-           "which rank 0 hosts" + (" (the launcher that started it already serves the store there)"
-                                   if env.store_ready else ""))
-    return replace(plan, engine="task", rendezvous=Rendezvous(backend="env", endpoint=f"{address}:{port}",
-                                                              timeout=float(settings["rdzv_timeout"]), why=why),
-                   env={**plan.env, **{k: str(v) for k, v in variables.items()}}, max_restarts=0)
-
-
-__all__ = ["CLUSTER_GROUP", "DEFAULT_PORT", "check", "cluster_manager", "contradictions", "detect",
-           "installed_clusters", "kernel_problems", "setting_values", "task_plan"]
+__all__ = ["CLUSTER_GROUP", "check", "cluster_manager", "contradictions", "detect",
+           "installed_clusters", "kernel_problems", "setting_values"]

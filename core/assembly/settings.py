@@ -100,7 +100,7 @@ def core_settings() -> list[Setting]:
                 choices=("auto", "fork", "spawn")),
         Setting("worker_memory", str, "keep", "what workers' allocator does with freed tensors: keep (glibc's default: "
                 "kept for reuse, RSS stays at its high-water mark), release (returned at once, fresh memory in 2 MiB "
-                "pages: RSS follows live memory; see acc/launch/worker_memory.py)", ("--worker-memory",),
+                "pages: RSS follows live memory; see acc/launcher/worker_memory.py)", ("--worker-memory",),
                 choices=("keep", "release")),
         Setting("tee", bool, False, "show every process's output on the console, prefixed [rank N] (default: "
                 "the main process's only)", ("--tee",)),

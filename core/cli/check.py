@@ -29,7 +29,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_values: Any) -> None:
-    from acc.launch import orchestrate
+    from acc.launcher import orchestrate
 
     assembly = resolved_assembly(ctx, setting_values, config_file)
     plan = orchestrate.make_plan(assembly)

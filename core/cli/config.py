@@ -110,7 +110,7 @@ def config(ctx: click.Context, config_file: Path | None, project: bool) -> None:
 
 def _validate(flags: dict) -> None:
     """Refuse to write settings the chosen backend would refuse at launch."""
-    from acc.launch import orchestrate
+    from acc.launcher import orchestrate
 
     raw = {k: (",".join(v) if isinstance(v, list) else str(v)) for k, v in flags.items() if v is not None}
     orchestrate.make_plan(assemble(flags=raw))  # an AccError is shown by the CLI, exit 2, nothing written
@@ -135,7 +135,7 @@ def default(ctx: click.Context, config_file: Path | None, project: bool) -> None
 @click.pass_context
 def show(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     """Print every resolved setting with its source (flag, env, project file, user file, detected, default)."""
-    from acc.cli.launch import settings_lines
+    from acc.launcher.describe import settings_lines
 
     if config_file and project:
         raise click.UsageError("give either --config-file or --project, not both")

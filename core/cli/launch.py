@@ -18,7 +18,7 @@ import click
 
 from acc.assembly.choose import Assembly, assemble
 from acc.errors import ConfigError, LaunchError, PluginNotFoundError
-from acc.contract.launch_plan import ENGINES, LaunchPlan, Target
+from acc.contract.launch_plan import Target
 from acc.contract.settings import Setting, SettingsRegistry
 
 if TYPE_CHECKING:
@@ -288,7 +288,7 @@ A backend's own options are listed by: acc launch --backend NAME --help
 @click.pass_context
 def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, config_file: str | None, script: str,
            script_args: tuple[str, ...], **setting_values: Any) -> None:
-    from acc.launch import orchestrate
+    from acc.launcher import orchestrate
 
     if is_module and no_python:
         raise ConfigError("-m/--module and --no-python exclude each other: a module is run by python")
@@ -296,7 +296,7 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
     target = Target(script, tuple(script_args), is_module, no_python)
     plan = orchestrate.make_plan(assembly)
     if not (dry_run or no_python) and assembly.settings["start_method"] != "spawn" and plan.engine != "pjrt":
-        from acc.launch import worker_memory
+        from acc.launcher import worker_memory
 
         worker_memory.reexec_for(assembly.settings["worker_memory"])  # forked workers inherit this allocator
     if assembly.detection_line and not dry_run:
@@ -306,18 +306,20 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
     orchestrate.check_target(target)
     notes = launch_notes(ctx, assembly)
     if dry_run:
+        from acc.launcher.describe import describe
+
         click.echo(describe(assembly, plan, target))
         for note in notes:
             click.echo(f"note: {note}")
         return
     for note in notes:
         click.echo(f"acc: note: {note}", err=True)
-    from acc.launch import preflight
+    from acc.launcher import preflight
 
     if preflight.needed(plan):
         click.echo(f"acc launch: {preflight.run(plan, assembly.settings, assembly.cluster)}", err=True)
     if plan.engine == "task" and plan.env.get("RANK") == "0":  # the elastic engine says it once its store listens
-        from acc.launch import listen
+        from acc.launcher import listen
 
         click.echo(f"acc launch: listening: {listen.describe(plan, started=True)}", err=True)
     env = orchestrate.worker_environment(assembly, plan)
@@ -373,89 +375,3 @@ def launch_notes(ctx: click.Context, assembly: Assembly) -> list[str]:
     return notes
 
 
-def settings_lines(assembly: Assembly) -> list[str]:
-    """Every setting with its value and where it came from, and the config files read."""
-    from acc.assembly.redact import redact_value
-
-    s = assembly.settings
-    lines = ["settings (value, then where it came from):"]
-    name_width = max(len(n) for n in s)
-    for name in s:
-        value = redact_value(name, s[name])  # a credential-like setting's value is not shown (acc.assembly.redact)
-        shown = ",".join(value) if isinstance(value, list) else ("" if value is None else str(value))
-        lines.append(f"  {name.ljust(name_width)}  {(shown or '-').ljust(12)}  {s.source(name)}")
-    if assembly.files:
-        lines.append("config files read: " + ", ".join(f"{f.path} ({f.label})" for f in assembly.files))
-    return lines
-
-
-def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
-    """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
-    from acc.launch import preflight
-    from acc.launch.orchestrate import capabilities as orchestrate_capabilities
-    from acc.assembly.redact import redact_shell
-    from acc.tracking import describe_setting
-
-    s = assembly.settings
-    lines = ["acc launch plan (dry run: nothing was started)"]
-    if assembly.detection_line:
-        lines.append(f"detected: {assembly.detection_line}")
-    backend = s["backend"]
-    info = assembly.infos.get(backend)
-    plugin_rows = [
-        f"{name} ({i.distribution} {i.version}{', default' if name == 'cpu' and backend != 'cpu' else ''})"
-        for name, i in assembly.infos.items()
-    ]
-    rows = [
-        ("backend", f"{backend} ({info.distribution} {info.version})" if info else backend),
-        ("plugins", ", ".join(plugin_rows)),
-        ("engine", f"{plan.engine}: {ENGINES[plan.engine]}"),
-        ("processes", f"{plan.nproc_per_machine} per machine x {plan.num_machines} machine(s) = {plan.world_size}"
-                      + (f", this is machine {plan.machine_rank}" if plan.num_machines > 1 else "")),
-        ("device", plan.device),
-        ("precision", s["mixed_precision"]),
-        ("promises", orchestrate_capabilities(assembly).describe()),
-        ("semantics", f"{s['semantics']} ({s.source('semantics')}): scheduler_stepping {s['scheduler_stepping']}, "
-                      f"resume_data_position {str(s['resume_data_position']).lower()}, seedable sampler "
-                      f"{str(s['use_seedable_sampler']).lower()}, last_batch {s['last_batch']}"),
-        *((("trackers", describe_setting(s["log_with"])),) if "log_with" in s else ()),
-        ("command", redact_shell(target.command())),
-    ]
-    if plan.rendezvous is not None:
-        rdzv = plan.rendezvous
-        rows.append(("rendezvous", f"{rdzv.backend} at {rdzv.endpoint or 'a free local port (picked at start)'}"
-                     + (f" ({rdzv.why})" if rdzv.why else "")))
-        if plan.engine in ("elastic", "task"):
-            from acc.launch import listen
-
-            rows.append(("listening", listen.describe(plan)))
-        if plan.engine == "task":
-            rows.append(("rank 0", f"the main process: the task with RANK 0 ({assembly.cluster.name} started it); "
-                                   f"this process is rank {plan.env.get('RANK')}"))
-        elif plan.num_machines > 1:
-            rows.append(("rank 0", "the main process: " + rdzv.main_machine(plan.nproc_per_machine)))
-            rows.append(("joining", f"every machine joins within {rdzv.timeout:g} s (--rdzv-timeout) or the launch "
-                                    "fails naming the missing ones; a machine lost later stops the others within "
-                                    "15 s"))
-        if preflight.needed(plan):
-            rows.append(("checks", preflight.planned(plan, s, assembly.cluster)))
-    if assembly.cluster is not None:
-        rows.append(("cluster", assembly.cluster.describe()))
-    if plan.max_restarts:
-        rows.append(("restarts", str(plan.max_restarts)))
-    if plan.engine == "elastic":
-        method = s["start_method"]
-        rows.append(("start", "spawn (fresh interpreters)" if method == "spawn" else
-                     "fork from a launcher that imports torch once" + (" (auto: falls back to spawn, saying why, if "
-                     "CUDA or threads were started in the launcher)" if method == "auto" else "")))
-    width = max(len(k) for k, _ in rows)
-    lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
-    lines += settings_lines(assembly)
-    from acc.launch.orchestrate import environment_additions
-
-    extra = environment_additions(plan)
-    if extra:
-        lines.append("worker environment additions: " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())))
-    for note in plan.notes + list(assembly.cluster.notes if assembly.cluster else ()):
-        lines.append(f"note: {note}")
-    return "\n".join(lines)

@@ -5,7 +5,7 @@ A version-1 backend (what `acc new-backend` wrote with acc 0.1) imports `acc.set
 packages, and `acc.launch` is now a function (`acc.launch(fn)`). So that such a backend still installs, launches and
 trains, `install()` (called once by `import acc`) puts one small stand-in module under each old path into
 `sys.modules`: importing the old path finds it there, and its names resolve, when first touched, to the objects
-where they live now (the same objects, not copies), with a DeprecationWarning that names the new import.
+where they live now (the same objects, not copies), with a DeprecationWarning that names where they live and the SDK to import instead.
 Being in `sys.modules` already, a stand-in is never set as an attribute of `acc`, so `acc.launch` stays the function.
 """
 
@@ -23,6 +23,9 @@ MOVED: dict[str, tuple[str | None, dict[str, str], str]] = {
     "acc.communicator": ("acc.contract.communicator", {"TorchDistributed": "acc.runtime.communicators",
                                                         "HookCommunicator": "acc.runtime.communicators"}, "acc.backend"),
     "acc.distributed": ("acc.runtime.distributed", {}, "acc.backend"),
+    "acc.launch": (None, {"ENGINES": "acc.contract.launch_plan", "LaunchPlan": "acc.contract.launch_plan",
+                          "Rendezvous": "acc.contract.launch_plan", "Target": "acc.contract.launch_plan",
+                          "elastic_plan": "acc.launcher.plans"}, "acc.backend"),
 }
 
 
@@ -42,8 +45,8 @@ class MovedModule(types.ModuleType):
             raise AttributeError(f"module {self.__name__!r} (acc 0.1's path) has no attribute {attr!r}; "
                                  f"import from {instead}")
         value = getattr(importlib.import_module(module), attr)
-        warnings.warn(f"{self.__name__}.{attr} is acc 0.1's path; import {attr} from {instead} "
-                      f"(it lives in {module})", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{self.__name__}.{attr} is acc 0.1's path (it lives in {module} now); a backend imports only "
+                      f"{instead}, whose __all__ lists what it may use", DeprecationWarning, stacklevel=2)
         setattr(self, attr, value)
         return value
 

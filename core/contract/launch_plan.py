@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+
+DEFAULT_PORT = 29500  # where machine 0's rendezvous store listens when nobody says (torch's default)
 
 # engine name -> what starts the processes (the kernel owns one executor per engine)
 ENGINES = {
@@ -100,51 +101,3 @@ class Target:
         return str(self) if self.no_python else f"python {self}"
 
 
-DEFAULT_MULTI_MACHINE_PORT = 29500
-
-
-def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | None = None) -> LaunchPlan:
-    """The plan every backend that starts workers through torch's elastic agent returns (ddp, fsdp, ...).
-
-    One machine: the launcher's store on loopback (a free port unless main_process_port names one, so concurrent runs
-    never collide), met through the static rendezvous. Several machines: everyone meets at
-    main_process_ip:main_process_port (29500 by default), through the static rendezvous unless another was chosen
-    (machine k then hosts global ranks k*nproc..); machine 0's store listens on the address that reaches
-    main_process_ip (or listen_address). Where everything listens: listen.py.
-    """
-    import os
-
-    from acc.launch import listen as listening
-
-    machines = settings["num_machines"]
-    ip, port = settings["main_process_ip"], settings["main_process_port"]
-    backend, why = settings["rdzv_backend"], ""
-    address, address_why = listening.choose(settings)
-    if machines == 1:
-        # the launcher's own store, bound where `address` says (loopback by default), shared by the agent and the
-        # workers through the static rendezvous: torch's c10d would open a second store on every interface
-        endpoint = listening.host_port(listening.connect_host(address or listening.LOOPBACK), str(port or 0))
-        backend, why = "static", ("one machine: the agent and the workers share the launcher's store" +
-                                  (f"; rdzv_backend {settings['rdzv_backend']} applies across machines"
-                                   if settings["rdzv_backend"] != "static" else ""))
-    else:
-        endpoint = f"{ip}:{port or DEFAULT_MULTI_MACHINE_PORT}"
-        source = settings.source("rdzv_backend") if hasattr(settings, "source") else "default"
-        if source == "default":
-            # as Accelerate's default: machine k hosts ranks k*n.., so the main process (which writes checkpoints,
-            # prints and logs) is on machine 0 whatever the order the machines join in
-            backend, why = "static", ("the default across machines: machine k hosts global ranks k*nproc.., so the "
-                                      "main process runs on machine 0 (--rdzv-backend c10d for torch's dynamic "
-                                      "rendezvous)")
-    return LaunchPlan(
-        engine="elastic",
-        nproc_per_machine=settings["nproc"],
-        num_machines=machines,
-        machine_rank=settings["machine_rank"],
-        device=device,
-        rendezvous=Rendezvous(backend=backend, endpoint=endpoint, timeout=float(settings.get("rdzv_timeout", 900.0)),
-                              why=why, listen=address, listen_why=address_why),
-        max_restarts=settings["max_restarts"],
-        env=listening.worker_environment(settings, address, os.environ),
-        notes=list(notes or []),
-    )

@@ -36,7 +36,7 @@ MATCH = 1e-5  # relative tolerance of "N processes x batch B equals 1 process x 
 
 def _plan(backend: str, nproc: int) -> Any:
     from acc.assembly.choose import assemble
-    from acc.launch import orchestrate
+    from acc.launcher import orchestrate
 
     return orchestrate.make_plan(assemble(flags={"backend": backend, "nproc": str(nproc)}))
 
@@ -59,7 +59,7 @@ def expect(condition: bool, message: str) -> None:
 @pytest.fixture(scope="module")
 def capabilities(acc_backend: str, request: pytest.FixtureRequest) -> Any:
     from acc.assembly.choose import assemble
-    from acc.launch.orchestrate import capabilities as declared
+    from acc.launcher.orchestrate import capabilities as declared
 
     flags = _flag_values(backend_flags(request.config), acc_backend)
     return declared(assemble(flags={"backend": acc_backend, **flags}))
@@ -172,7 +172,7 @@ def test_dry_run_does_not_import_torch(acc_backend: str, tmp_path: Path) -> None
 
 def test_validate_rejects_a_bad_combination(acc_backend: str, acc_invalid_flags: dict) -> None:
     from acc.assembly.choose import assemble
-    from acc.launch import orchestrate
+    from acc.launcher import orchestrate
 
     with pytest.raises(ValidationError):
         orchestrate.make_plan(assemble(flags={"backend": acc_backend, **{k: str(v) for k, v in acc_invalid_flags.items()}}))

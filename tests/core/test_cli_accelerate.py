@@ -571,8 +571,8 @@ def test_no_python_runs_a_program_on_every_process(tmp_path):
 
 def test_monitor_interval_reaches_the_elastic_agent(tmp_path, script):
     from acc.assembly.choose import assemble
-    from acc.launch import elastic
-    from acc.contract.launch_plan import elastic_plan
+    from acc.launcher import elastic
+    from acc.launcher.plans import elastic_plan
 
     settings = assemble(flags={"backend": "ddp", "nproc": "2", "monitor_interval": "0.7"}).settings
     assert elastic._monitor_interval({"ACC_LAUNCH": settings.to_json()}) == 0.7

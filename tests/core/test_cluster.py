@@ -21,8 +21,9 @@ from acc.assembly.choose import assemble
 from acc.cli import cli
 from acc.cluster import ClusterEnvironment, ClusterError
 from acc.errors import LaunchError, PluginError, ValidationError
-from acc.launch import preflight
-from acc.contract.launch_plan import LaunchPlan, Rendezvous, elastic_plan
+from acc.launcher import preflight
+from acc.contract.launch_plan import LaunchPlan, Rendezvous
+from acc.launcher.plans import elastic_plan
 from acc.assembly.plugins import new_plugin_manager, register
 
 # srun -N2 --ntasks-per-node=1, seen from node 1 (the variables the slurm plugin reads)

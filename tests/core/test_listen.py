@@ -1,4 +1,4 @@
-"""Where a launch listens (acc.launch.listen), without starting a run: the address chosen from the settings, the
+"""Where a launch listens (acc.launcher.listen), without starting a run: the address chosen from the settings, the
 variables that bind gloo and NCCL, the words of the dry run, and the errors of a bad address. The real sockets of real
 runs: tests/integration/test_security.py."""
 
@@ -9,8 +9,8 @@ import socket
 import pytest
 
 from acc.errors import LaunchError
-from acc.launch import listen
-from acc.contract.launch_plan import elastic_plan
+from acc.launcher import listen
+from acc.launcher.plans import elastic_plan
 
 BASE = {"num_machines": 1, "machine_rank": 0, "main_process_ip": None, "main_process_port": None,
         "rdzv_backend": "c10d", "rdzv_timeout": 900.0, "max_restarts": 0, "nproc": 2, "listen_address": None}

@@ -271,7 +271,7 @@ def test_cuda_initialised_in_the_caller_is_refused_saying_what_and_what_to_do(mo
 def test_what_initialised_cuda_is_found_in_a_notebook_namespace():
     import torch
 
-    from acc.launchers import cuda_culprits
+    from acc.launcher.notebook import cuda_culprits
 
     class OnGPU:
         device = torch.device("cuda", 0)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from acc.launch import worker_memory
+from acc.launcher import worker_memory
 from tests.conftest import ROOT, WORKERS, clean_env, read_rank_results, run
 from tests.plugins.ddp.test_ddp import acc_launch
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from acc.errors import ValidationError
-from acc.launch import orchestrate
+from acc.launcher import orchestrate
 from acc_mps import availability
 from tests.conftest import ACC, clean_env, run
 from tests.plugins.mps.conftest import mps_assembly, requires_no_mps

@@ -13,7 +13,8 @@ import pytest
 import acc.builtin.cpu
 from acc.assembly.choose import assemble
 from acc.errors import ValidationError
-from acc.launch import orchestrate, pjrt
+from acc.launcher import orchestrate
+from acc.launcher import pjrt
 from acc.contract.launch_plan import LaunchPlan, Target
 from acc.assembly.plugins import new_plugin_manager, register
 from acc_xla import loader, plugin
@@ -164,7 +165,7 @@ sys.exit(int(sys.argv[1]) if sys.argv[1:] and sys.argv[1].isdigit() else 0)
 def test_driver_arguments_round_trip():
     for target in (Target("train.py", ("--lr", "0.1", "-m", "x")), Target("pkg.mod", ("a",), is_module=True)):
         argv = pjrt.driver_argv(LaunchPlan(engine="pjrt", nproc_per_machine=4), target, "py")
-        assert argv[:4] == ["py", "-m", "acc.launch.pjrt", "4"]
+        assert argv[:4] == ["py", "-m", "acc.launcher.pjrt", "4"]
         assert pjrt.parse_driver_args(argv[3:]) == (4, target)
     with pytest.raises(SystemExit):
         pjrt.parse_driver_args(["x"])
@@ -189,7 +190,7 @@ def test_executor_runs_the_script_as_main_with_its_argv_and_environment(tmp_path
 def test_executor_reports_a_failing_script_like_python_does(tmp_path, stub_xla):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, "-m", "acc.launch.pjrt", "1", str(script), "fail"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "acc.launcher.pjrt", "1", str(script), "fail"], cwd=tmp_path,
                           env={**stub_xla, "OUT": str(tmp_path / "o.json")}, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1
@@ -209,7 +210,7 @@ def test_executor_runs_a_module(tmp_path, stub_xla):
 
 
 def test_launch_executes_through_the_kernel_executor_table():
-    assert orchestrate.EXECUTORS["pjrt"] == "acc.launch.pjrt"
+    assert orchestrate.EXECUTORS["pjrt"] == "acc.launcher.pjrt"
 
 
 def test_two_processes_on_the_xla_cpu_device_are_refused():

@@ -109,7 +109,7 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
     if os.environ.get("ACC_DEBUG"):
         print(f"acc launch: start method {method} ({why})", file=sys.stderr)
     _forward_sigusr1()
-    from acc.launch import listen
+    from acc.launcher import listen
 
     machines = store = None
     if plan.num_machines == 1:  # the store on loopback (or --listen-address), held until the workers ended
@@ -117,7 +117,7 @@ def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: b
         print(f"acc launch: listening: {listen.describe(plan, started=True)}", file=sys.stderr)
     config = launch_config(plan, log_dir, tee, method, _monitor_interval(env))
     if plan.num_machines > 1:
-        from acc.launch.machines import Machines, RendezvousTimeout
+        from acc.launcher.machines import Machines, RendezvousTimeout
 
         machines = Machines(plan)
         try:
@@ -144,7 +144,7 @@ def _run(config: Any, method: str, target: Target, log_dir: str, machines: Any) 
     watcher = None
     try:
         if method == "fork":
-            from acc.launch.fork import ExitWatcher, run_target
+            from acc.launcher.fork import ExitWatcher, run_target
 
             watcher = ExitWatcher()
             watcher.install()
@@ -210,7 +210,7 @@ def start_method(asked: str, max_restarts: int = 0) -> tuple[str, str]:
             print("acc launch: --start-method fork is not used with --max-restarts; starting fresh interpreters",
                   file=sys.stderr)
         return "spawn", "restarts are asked for (a restarted round is started fresh)"
-    from acc.launch.fork import fork_unsafe_reason, preload
+    from acc.launcher.fork import fork_unsafe_reason, preload
 
     preload()
     reason = fork_unsafe_reason()
@@ -291,7 +291,7 @@ def _with_recorded(failures: dict, log_dirs: dict[int, Path], exits: dict[int, i
     (so the first failure is found even when the agent reported only one)."""
     import json
 
-    from acc.launch.fork import PID_FILE
+    from acc.launcher.fork import PID_FILE
 
     if not failures:
         return failures

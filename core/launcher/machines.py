@@ -76,7 +76,7 @@ class Machines:
             from dataclasses import replace
 
             from acc.errors import LaunchError
-            from acc.launch.listen import main_machine_address, open_store
+            from acc.launcher.listen import main_machine_address, open_store
 
             rdzv = self.plan.rendezvous
             if not rdzv.listen:  # the main address did not resolve when the plan was made: the checks waited for it
@@ -212,7 +212,7 @@ class Machines:
         """Report, stop every process this launcher started (SIGTERM, then SIGKILL) and exit 1."""
         import sys
 
-        from acc.launch.elastic import _children
+        from acc.launcher.elastic import _children
 
         print(f"acc launch: {self.lost}; the workers on this machine were stopped", file=sys.stderr, flush=True)
         pending = _descendants(os.getpid(), _children)

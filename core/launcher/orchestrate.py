@@ -17,13 +17,14 @@ from acc.contract.capabilities import Capabilities
 from acc.errors import LaunchError, ValidationError
 from acc.assembly.plugins import declared_capabilities, module_available, plugin_requires
 from acc.contract.launch_plan import ENGINES, LaunchPlan, Target
+from acc.launcher.plans import task_plan
 
 # engine -> module whose `execute(plan, target, env) -> int` runs it
 EXECUTORS = {
-    "process": "acc.launch.process",
-    "elastic": "acc.launch.elastic",
-    "pjrt": "acc.launch.pjrt",
-    "task": "acc.launch.process",  # one process the scheduler started: it becomes the worker (exec), as `process`
+    "process": "acc.launcher.process",
+    "elastic": "acc.launcher.elastic",
+    "pjrt": "acc.launcher.pjrt",
+    "task": "acc.launcher.process",  # one process the scheduler started: it becomes the worker (exec), as `process`
 }
 
 
@@ -109,7 +110,7 @@ def make_plan(assembly: Assembly) -> LaunchPlan:
     if problems:
         raise LaunchError(f"backend '{backend}' returned a malformed launch plan: " + "; ".join(problems))
     if assembly.cluster is not None and assembly.cluster.per_process:
-        plan = cluster.task_plan(plan, assembly.cluster, assembly.settings)
+        plan = task_plan(plan, assembly.cluster, assembly.settings)
     if not (assembly.cluster is not None and assembly.cluster.store_ready):
         check_port(plan, assembly.settings)
     return plan
@@ -184,7 +185,7 @@ def environment_additions(plan: LaunchPlan, base: Mapping[str, str] | None = Non
 
 def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment every worker starts with: ours, the launch's additions, the resolved settings."""
-    from acc.launch import worker_memory
+    from acc.launcher import worker_memory
 
     env = dict(os.environ if base is None else base)
     env.update(environment_additions(plan, base))

@@ -1,6 +1,6 @@
 """The `pjrt` engine: workers started the PJRT way, by torch_xla's `xmp.spawn` (what `torch_xla.launch` calls).
 
-The launcher turns into (or, for `acc check`, starts) `python -m acc.launch.pjrt NPROC TARGET...`, a small
+The launcher turns into (or, for `acc check`, starts) `python -m acc.launcher.pjrt NPROC TARGET...`, a small
 driver that calls `xmp.spawn(run_target, nprocs=...)` with the worker environment. PJRT then starts one
 process per local device (TPU chip), or runs the target in this process when the plan asks for one:
 `nprocs=1` is PJRT's single-process mode (it still configures a one-chip topology on a TPU host); any
@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from acc.contract.launch_plan import LaunchPlan, Target
 
-MODULE = "acc.launch.pjrt"
+MODULE = "acc.launcher.pjrt"
 
 
 def driver_argv(plan: LaunchPlan, target: Target, python: str) -> list[str]:

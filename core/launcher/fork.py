@@ -17,7 +17,7 @@ import threading
 from typing import Any, Callable
 
 from acc.runtime.tracebacks import print_exception
-from acc.launch.worker_memory import apply_threshold
+from acc.launcher.worker_memory import apply_threshold
 
 
 PID_FILE = "pid"
