@@ -22,7 +22,7 @@ from acc.contract.settings import Setting
 _LAZY = {
     "Accelerator": ("acc.accelerator", "Accelerator"),
     "set_seed": ("acc.runtime.seeding", "set_seed"),
-    "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
+    "ProjectConfiguration": ("acc.checkpointing.files", "ProjectConfiguration"),
     "skip_first_batches": ("acc.runtime.data.loader", "skip_first_batches"),
     **{name: ("acc.state", name) for name in ("PartialState", "AcceleratorState", "GradientState")},
     **{name: ("acc.big_model", name) for name in ("init_empty_weights", "infer_auto_device_map", "dispatch_model",

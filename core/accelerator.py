@@ -21,7 +21,7 @@ import torch
 import weakref
 
 from acc.assembly.choose import Assembly
-from acc.checkpoint import ProjectConfiguration
+from acc.checkpointing.files import ProjectConfiguration
 from acc.runtime.collectives import CollectivesMixin
 from acc.runtime.data.loader import DataSettings, PreparedDataLoader
 from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
@@ -32,10 +32,10 @@ from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler
 from acc.runtime.precision import BackendStepper, Precision, check_supported
 from acc.runtime.worker import Runtime
 from acc.runtime.prepared import PreparedObjects
-from acc.saving import Checkpointer
+from acc.checkpointing.checkpointer import Checkpointer
 from acc.runtime.init_module import check_empty_init, check_meta_models, has_meta
 from acc.state import only_on
-from acc.utils.deepspeed import DummyOptim, DummyScheduler, check_prepare
+from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
@@ -822,7 +822,7 @@ class Accelerator(CollectivesMixin):
         """Finish the trackers and release the backend's resources (process groups); call once at the end."""
         if self._tracking is not None:
             self._tracking.finish()
-        from acc.checkpoint import finish_removals
+        from acc.checkpointing.files import finish_removals
 
         finish_removals()  # replaced checkpoints deleted in the background are gone when training ends
         self._runtime.teardown()

@@ -30,7 +30,7 @@ from acc.runtime.communicators import TorchDistributed
 from acc.contract.context import LoopState, ProcessInfo, RunContext
 from acc.contract.detection import Detection
 from acc.contract.enums import DistributedType
-from acc.errors import AccError, ConfigError, ValidationError
+from acc.errors import AccError, CheckpointError, ConfigError, ValidationError
 from acc.assembly.hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
 from acc.contract.kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
@@ -39,7 +39,8 @@ from acc.contract.launch_plan import LaunchPlan, Rendezvous
 from acc.launcher.plans import elastic_plan
 from acc.assembly.plugins import module_available
 from acc.contract.settings import ResolvedSettings, Setting
-from acc.utils.deepspeed import DummyOptim, DummyScheduler, scheduler_for
+from acc.contract.sharded_build import ShardedBuild, dim0_split, flat_split
+from acc.runtime.placeholders import DummyOptim, DummyScheduler, scheduler_for
 
 # name -> (module under acc, attribute): imported (with torch) when first touched
 _LAZY = {
@@ -52,35 +53,31 @@ _LAZY = {
     "p2p_all_gather_into": ("acc.runtime.distributed", "p2p_all_gather_into"),
     "p2p_reduce_scatter_sum": ("acc.runtime.distributed", "p2p_reduce_scatter_sum"),
     # checkpoint files: tensors as safetensors, everything else read with weights_only; verify before reading
-    "CheckpointError": ("acc.checkpoint", "CheckpointError"),
-    "save_tensors": ("acc.checkpoint", "save_tensors"),
-    "load_tensors": ("acc.checkpoint", "load_tensors"),
-    "save_object": ("acc.checkpoint", "save_object"),
-    "load_object": ("acc.checkpoint", "load_object"),
-    "verify": ("acc.checkpoint", "verify"),
+    "save_tensors": ("acc.checkpointing.files", "save_tensors"),
+    "load_tensors": ("acc.checkpointing.files", "load_tensors"),
+    "save_object": ("acc.checkpointing.files", "save_object"),
+    "load_object": ("acc.checkpointing.files", "load_object"),
+    "verify": ("acc.checkpointing.files", "verify"),
     # sharded tensors written per rank, readable on any number of ranks
-    "save_pieces": ("acc.sharded", "save_pieces"),
-    "ShardedReader": ("acc.sharded", "ShardedReader"),
-    "model_prefix": ("acc.sharded", "model_prefix"),
+    "save_pieces": ("acc.checkpointing.pieces", "save_pieces"),
+    "ShardedReader": ("acc.checkpointing.pieces", "ShardedReader"),
+    "model_prefix": ("acc.checkpointing.pieces", "model_prefix"),
     # nested structures of tensors
     "apply": ("acc.runtime.ops", "apply"),
-    # models built sharded (acc_init_module): the build interface, the meta-device build, the usual splits
-    "ShardedBuild": ("acc.runtime.init_module", "ShardedBuild"),
+    # models built sharded (acc_init_module): the meta-device build (the interface and splits are imported above)
     "MetaBuild": ("acc.runtime.init_module", "MetaBuild"),
-    "dim0_split": ("acc.runtime.init_module", "dim0_split"),
-    "flat_split": ("acc.runtime.init_module", "flat_split"),
     # torch.compile for a backend declaring Capabilities(compile="backend"): its units compiled in place
     "compile_units": ("acc.runtime.compiling", "compile_units"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from acc.checkpoint import CheckpointError, load_object, load_tensors, save_object, save_tensors, verify
+    from acc.checkpointing.files import load_object, load_tensors, save_object, save_tensors, verify
     from acc.runtime.compiling import compile_units
     from acc.runtime.distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
                               p2p_all_gather_into, p2p_reduce_scatter_sum)
     from acc.runtime.ops import apply
-    from acc.sharded import ShardedReader, model_prefix, save_pieces
-    from acc.runtime.init_module import MetaBuild, ShardedBuild, dim0_split, flat_split
+    from acc.checkpointing.pieces import ShardedReader, model_prefix, save_pieces
+    from acc.runtime.init_module import MetaBuild
 
 
 def __getattr__(name: str) -> Any:

@@ -53,3 +53,7 @@ def did_you_mean(given: str, valid: list[str] | tuple[str, ...]) -> str:
 
     close = difflib.get_close_matches(given, list(valid), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+class CheckpointError(AccError):
+    """A checkpoint (or a file in it) is missing, incomplete, corrupt, foreign or unsafe."""

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
 from acc import Accelerator, set_seed
-from acc.checkpoint import ProjectConfiguration
+from acc.checkpointing.files import ProjectConfiguration
 
 
 def corpus(max_chars: int) -> str:

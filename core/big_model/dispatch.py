@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from acc.checkpoint import CheckpointError
+from acc.errors import CheckpointError
 from acc.errors import AccError
 from acc.hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
                      add_hook_to_module, send_to_device)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from acc.checkpoint import MANIFEST, CheckpointError, read_manifest, verify
-from acc.confine import inside
+from acc.checkpointing.files import MANIFEST, read_manifest, verify
+from acc.errors import CheckpointError
+from acc.checkpointing.confine import inside
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -106,7 +107,7 @@ def open_checkpoint(checkpoint: str | Path) -> dict[str, TensorRecord]:
     """Every tensor of a checkpoint by name: a .safetensors file, a sharded index (.json), a directory
     holding either, or an acc checkpoint (manifest.json + model_<i>.safetensors, checked against the
     manifest first). What an index, a manifest or a directory names is read only when it is a regular file inside
-    that directory (`acc.confine`: no `..`, no absolute path, no symbolic link out)."""
+    that directory (`acc.checkpointing.confine`: no `..`, no absolute path, no symbolic link out)."""
     path = Path(checkpoint)
     if path.is_dir():
         return open_checkpoint(_choose_file(path))

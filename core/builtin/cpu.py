@@ -160,8 +160,8 @@ def acc_communicator(ctx: RunContext) -> Any:
 
 @hookimpl(trylast=True)
 def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list) -> list[str]:
-    from acc import checkpoint as ckpt
-    from acc.hashed_io import run_concurrently
+    from acc.checkpointing import files as ckpt
+    from acc.checkpointing.hashed_io import run_concurrently
 
     if ctx.process_index != 0:  # every process holds the same replica: the main process writes it
         return []
@@ -180,7 +180,7 @@ def acc_save_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
 
 @hookimpl(trylast=True)
 def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizers: list, manifest: dict) -> None:
-    from acc import checkpoint as ckpt
+    from acc.checkpointing import files as ckpt
 
     for i, model in enumerate(models):
         path = ckpt.verify(directory, manifest, f"model_{i}.safetensors")
@@ -208,8 +208,9 @@ def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
 def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> list[str]:
     from safetensors import safe_open
 
-    from acc.checkpoint import CheckpointError, save_tensors, verify
-    from acc.sharded import META_KEY, ShardedReader, model_prefix
+    from acc.checkpointing.files import save_tensors, verify
+    from acc.errors import CheckpointError
+    from acc.checkpointing.pieces import META_KEY, ShardedReader, model_prefix
 
     pieces = []
     for name in sorted(manifest["files"]):

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from acc.assembly.choose import assemble
-from acc.assembly.config_files import PROJECT_FILE, dump, user_config_path
+from acc.assembly.config_files import CONFIG_HEADER, PROJECT_FILE, detected_config, dump, user_config_path
 from acc.contract.settings import Setting
 
 CORE_QUESTIONS = ("nproc", "mixed_precision", "num_machines")
@@ -47,11 +47,11 @@ def _ask(setting: Setting, default: Any) -> Any:
     return click.prompt(text, default=shown, show_default=bool(shown), value_proc=convert)
 
 
-def _write(path: Path, top: dict, tables: dict, header: str = "written by `acc config`") -> None:
+def _write(path: Path, top: dict, tables: dict, header: str | None = None) -> None:
     if path.exists() and not click.confirm(f"{path} exists; replace it?", default=False):
         raise click.exceptions.Exit(1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(top, tables, header=f"{header}; `acc config show` prints what it resolves to"))
+    path.write_text(dump(top, tables, header=CONFIG_HEADER if header is None else header))
     click.echo(f"wrote {path}")
 
 
@@ -122,11 +122,8 @@ def _validate(flags: dict) -> None:
 def default(ctx: click.Context, config_file: Path | None, project: bool) -> None:
     """Write what detection found (backend and processes), without questions."""
     target = _chosen(ctx, config_file, project)
-    found = assemble(detect=True)
-    click.echo(f"detected: {found.detection_line}")
-    top: dict[str, Any] = {"backend": found.settings["backend"]}
-    if found.settings["nproc"] != 1:
-        top["nproc"] = found.settings["nproc"]
+    top, line = detected_config()
+    click.echo(f"detected: {line}")
     _write(target, top, {})
 
 

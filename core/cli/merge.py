@@ -17,16 +17,7 @@ def merge_weights(checkpoint: Path, out: Path, index: int) -> None:
     it (named in its manifest) reads its own format (acc_merge_weights); it must be installed."""
     import json
 
-    from acc.assembly.choose import assemble
-    from acc.checkpoint import CheckpointError, read_manifest
-    from acc.assembly.plugins import installed_backends, selection_caller
+    from acc.checkpointing.merge import merge_weights as merge
 
-    manifest = read_manifest(checkpoint)
-    backend = manifest.get("run", {}).get("backend") or "cpu"
-    if backend != "cpu" and backend not in installed_backends():
-        raise CheckpointError(f"{checkpoint} was saved by backend '{backend}', which is not installed here; its "
-                              f"plugin reads its checkpoint format: install it (pip install acc-{backend})")
-    pm = assemble(flags={"backend": backend}).pm
-    out.parent.mkdir(parents=True, exist_ok=True)
-    names = selection_caller(pm, "acc_merge_weights")(directory=checkpoint, manifest=manifest, index=index, out=out)
+    backend, names = merge(checkpoint, out, index)
     click.echo(json.dumps({"out": str(out), "tensors": len(names), "backend": backend}))

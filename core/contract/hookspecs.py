@@ -441,7 +441,7 @@ def acc_save_checkpoint(ctx: "RunContext", directory: Any, models: list[Any], op
 
     Sharded backends write their shards from every process; others write from the main process only.
     Tensors go to safetensors or ``torch.save`` files that ``torch.load(weights_only=True)`` can read
-    (``acc.checkpoint.save_tensors`` / ``save_object``): loading must never need to run code.
+    (``acc.checkpointing.files.save_tensors`` / ``save_object``): loading must never need to run code.
 
     :param models: the user's modules (unwrapped), in prepare order.
     :param optimizers: the user's optimizers (unwrapped), in prepare order.
@@ -459,7 +459,7 @@ def acc_load_checkpoint(ctx: "RunContext", directory: Any, models: list[Any], op
                         manifest: dict[str, Any]) -> bool | None:
     """Restore the models' and optimizers' state from ``directory`` (return nothing; version 1 returned True).
 
-    :param manifest: the checkpoint's manifest; check each file with ``acc.checkpoint.verify(directory,
+    :param manifest: the checkpoint's manifest; check each file with ``acc.checkpointing.files.verify(directory,
         manifest, name)`` before reading it, and read with ``load_tensors`` / ``load_object``.
 
     **Kind**: selection.

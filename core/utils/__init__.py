@@ -32,7 +32,7 @@ _IMPORTS = (  # acc.utils.imports: the is_*_available checks
 
 _LAZY = {
     "set_seed": ("acc.runtime.seeding", "set_seed"),
-    "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
+    "ProjectConfiguration": ("acc.checkpointing.files", "ProjectConfiguration"),
     "send_to_device": ("acc.runtime.ops", "send_to_device"),
     # dataclasses: enumerations and the kwargs base class
     "KwargsHandler": ("acc.contract.kwargs", "KwargsHandler"),
@@ -83,8 +83,8 @@ _LAZY = {
     "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
     "ProfileKwargs": ("acc.plugin_dataclasses", "ProfileKwargs"),
     # deepspeed: the placeholders for a DeepSpeed config's optimizer and scheduler
-    "DummyOptim": ("acc.utils.deepspeed", "DummyOptim"),
-    "DummyScheduler": ("acc.utils.deepspeed", "DummyScheduler"),
+    "DummyOptim": ("acc.runtime.placeholders", "DummyOptim"),
+    "DummyScheduler": ("acc.runtime.placeholders", "DummyScheduler"),
     "skip_first_batches": ("acc.runtime.data.loader", "skip_first_batches"),
     # modeling (the device-map names are acc.big_model's)
     "check_device_map": ("acc.big_model", "check_device_map"),
@@ -120,7 +120,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from acc.checkpoint import ProjectConfiguration
+    from acc.checkpointing.files import ProjectConfiguration
     from acc.runtime.ops import send_to_device
     from acc.runtime.seeding import set_seed
 

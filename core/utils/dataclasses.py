@@ -25,7 +25,7 @@ from acc.contract.kwargs import (
 )
 
 _LAZY = {
-    "ProjectConfiguration": ("acc.checkpoint", "ProjectConfiguration"),
+    "ProjectConfiguration": ("acc.checkpointing.files", "ProjectConfiguration"),
     "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
     "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
     "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),

@@ -1,10 +1,8 @@
 """`merge_fsdp_weights` (Accelerate's `accelerate.utils.fsdp_utils`): one weights file from a sharded checkpoint,
-through the same code as `acc merge-weights`."""
+through the same code as `acc merge-weights` (`acc.checkpointing.merge`)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import tempfile
@@ -28,7 +26,7 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
     The checkpoint is acc's (a `save_state` directory with its manifest; the first prepared model), not
     torch.distributed.checkpoint's: CheckpointError names what is wrong with another directory.
     """
-    from acc.cli.merge import merge_weights
+    from acc.checkpointing.merge import merge_weights
 
     checkpoint = Path(checkpoint_dir)
     output = Path(output_path)
@@ -36,18 +34,16 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
     if int(os.environ.get("RANK", "0")) == 0:
         logger.info(f"Merging FSDP weights from {checkpoint}")
         output.mkdir(parents=True, exist_ok=True)
-        # `acc merge-weights CHECKPOINT OUT`, the command itself (its one-line JSON report is not printed)
-        with contextlib.redirect_stdout(io.StringIO()):
-            if safe_serialization:
-                merge_weights.main([str(checkpoint), str(target), "--model", "0"], standalone_mode=False)
-            else:
-                import torch
-                from safetensors.torch import load_file
+        if safe_serialization:
+            merge_weights(checkpoint, target, 0)
+        else:
+            import torch
+            from safetensors.torch import load_file
 
-                with tempfile.TemporaryDirectory(dir=output) as tmp:
-                    merged = Path(tmp) / SAFE_WEIGHTS_NAME
-                    merge_weights.main([str(checkpoint), str(merged), "--model", "0"], standalone_mode=False)
-                    torch.save(load_file(str(merged)), target)
+            with tempfile.TemporaryDirectory(dir=output) as tmp:
+                merged = Path(tmp) / SAFE_WEIGHTS_NAME
+                merge_weights(checkpoint, merged, 0)
+                torch.save(load_file(str(merged)), target)
         logger.info(f"Successfully merged FSDP weights and saved to {target}")
         if remove_checkpoint_dir:
             logger.info(f"Removing old checkpoint directory {checkpoint}")

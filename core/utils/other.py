@@ -215,21 +215,12 @@ def is_port_in_use(port: int | None = None) -> bool:
         return s.connect_ex(("localhost", 29500 if port is None else port)) == 0
 
 
-def _toml() -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    return tomllib
-
-
 def write_basic_config(mixed_precision: str = "no", save_location: str | os.PathLike | None = None) -> Path | bool:
     """Write acc's config for this machine, as `acc config default` does (the backend and process count that
     detection finds), plus `mixed_precision` ("no", "fp16" or "bf16"), to `save_location` (default: the
     user file, `~/.config/acc/config.toml`, which `acc launch` reads). An existing file is left alone:
     returns False; otherwise the path written."""
-    from acc.cli.config import config
-    from acc.assembly.config_files import dump, user_config_path
+    from acc.assembly.config_files import CONFIG_HEADER, detected_config, dump, user_config_path
 
     path = Path(save_location) if save_location is not None else user_config_path()
     if path.exists():
@@ -240,16 +231,13 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
     if mode not in ("no", "fp16", "bf16"):
         raise ValueError(f"`mixed_precision` should be one of 'no', 'fp16' or 'bf16' (acc has no fp8 mode). "
                          f"Received {mixed_precision}")
-    # `acc config --config-file PATH default`, the command itself: detection, then the file
-    config.main(["--config-file", str(path), "default"], prog_name="acc config", standalone_mode=False)
+    top, line = detected_config()  # what `acc config default` writes
+    print(f"detected: {line}")
     if mode != "no":
-        text = path.read_text()
-        data = _toml().loads(text)
-        header = "\n".join(line[1:].strip() for line in text.splitlines() if line.startswith("#"))
-        top = {k: v for k, v in data.items() if not isinstance(v, dict)}
-        tables = {k: v for k, v in data.items() if isinstance(v, dict)}
         top["mixed_precision"] = mode
-        path.write_text(dump(top, tables, header=header))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(top, {}, header=CONFIG_HEADER))
+    print(f"wrote {path}")
     return path
 
 

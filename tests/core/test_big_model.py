@@ -18,7 +18,7 @@ from acc.big_model import (DeviceMapError, compute_module_sizes, cpu_offload, di
                            infer_auto_device_map, init_empty_weights, load_checkpoint_and_dispatch, parse_memory,
                            read_safetensors_index, remove_hooks)
 from acc.big_model.planner import lookup
-from acc.checkpoint import CheckpointError
+from acc.errors import CheckpointError
 from acc.errors import AccError
 from acc.hooks import ModelHook, add_hook_to_module
 from tests.conftest import clean_env
@@ -244,7 +244,7 @@ def write_checkpoint(model: nn.Module, tmp_path: Path, kind: str, fresh_pm=None)
         save_file(state, tmp_path / "model.safetensors")
         return tmp_path / "model.safetensors"
     if kind == "sharded":
-        from acc.saving import write_sharded
+        from acc.checkpointing.checkpointer import write_sharded
 
         names = write_sharded(state, tmp_path / "sharded", 20_000)
         assert len(names) > 3

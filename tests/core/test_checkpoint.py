@@ -14,7 +14,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from acc import Accelerator, DataLoaderConfiguration, set_seed
-from acc.checkpoint import CheckpointError, ProjectConfiguration, digest
+from acc.checkpointing.files import ProjectConfiguration, digest
+from acc.errors import CheckpointError
 
 
 class Counter:

@@ -1,4 +1,4 @@
-"""Checkpoint bytes in one pass (core/hashed_io.py): hashed while written, one fsync per file and one for the
+"""Checkpoint bytes in one pass (core/checkpointing/hashed_io.py): hashed while written, one fsync per file and one for the
 directory, files written at the same time, the safetensors writer, old (sha256) checkpoints, forked writers."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from acc import Accelerator, hashed_io
-from acc import checkpoint as ckpt
-from acc.checkpoint import CheckpointError, digest
+from acc import Accelerator
+from acc.checkpointing import hashed_io
+from acc.checkpointing import files as ckpt
+from acc.checkpointing.files import digest
+from acc.errors import CheckpointError
 
 
 def _prepared(fresh_pm, width: int = 64):

@@ -1,4 +1,4 @@
-"""Loading reads only regular files inside the checkpoint it was given (acc.confine): load_state, the big-model
+"""Loading reads only regular files inside the checkpoint it was given (acc.checkpointing.confine): load_state, the big-model
 loader (load_checkpoint_and_dispatch) and acc merge-weights refuse entries with `..`, absolute paths, and symbolic
 links that resolve outside, naming the entry. Whether a file outside was opened is watched with inotify (it also
 sees the opens of safetensors' Rust code, which Python's audit hooks do not)."""
@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from acc import Accelerator
-from acc.checkpoint import CheckpointError, digest
-from acc.confine import problem
+from acc.checkpointing.files import digest
+from acc.errors import CheckpointError
+from acc.checkpointing.confine import problem
 
 IN_OPEN, IN_ACCESS, IN_ISDIR = 0x20, 0x1, 0x40000000
 
@@ -113,7 +114,7 @@ def test_a_linked_manifest_and_a_linked_part_of_the_path_are_refused(saved, tmp_
     (directory / "deep").symlink_to(outside / "m", target_is_directory=True)
     manifest["files"]["deep/optimizer_0.pt"] = manifest["files"]["optimizer_0.pt"]
     (directory / "manifest.json").write_text(json.dumps(manifest))
-    from acc.checkpoint import read_manifest, verify
+    from acc.checkpointing.files import read_manifest, verify
 
     with pytest.raises(CheckpointError, match=r"'deep/optimizer_0.pt'.*its part 'deep' is a symbolic link to "):
         verify(directory, read_manifest(directory), "deep/optimizer_0.pt")
@@ -136,7 +137,7 @@ def test_manifest_entries_that_climb_out_or_are_absolute_are_refused_naming_them
     with pytest.raises(CheckpointError, match=rf"file name {entry!r} is not a plain name inside the checkpoint"):
         acc.load_state(directory)
     assert watch.opened() == []
-    from acc.checkpoint import verify
+    from acc.checkpointing.files import verify
 
     with pytest.raises(CheckpointError, match=rf"refused to read the entry {entry!r}"):
         verify(directory, {"files": {entry: manifest["files"]["optimizer_0.pt"]}}, entry)  # the reading step too

@@ -263,7 +263,7 @@ def _load(directory: Path, pm=None):
 def test_fuzzed_checkpoint_manifests(saved_checkpoint, field, value, name):
     """A manifest with one field replaced by arbitrary JSON: loading either works (a harmless change) or raises a
     CheckpointError that names the checkpoint; never another exception, never a file outside it read."""
-    from acc.checkpoint import CheckpointError
+    from acc.errors import CheckpointError
 
     _count("manifests (fields)")
     work = Path(tempfile.mkdtemp(prefix="acc-fuzz-"))
@@ -284,7 +284,7 @@ def test_fuzzed_checkpoint_manifests(saved_checkpoint, field, value, name):
                       st.sampled_from([b"", b"[" * 100000, b'{"format": "acc-checkpoint/1"}', b"\xef\xbb\xbf{}",
                                        b'{"format": "acc-checkpoint/1", "files": {"x": {"size": 1e309}}}'])))
 def test_fuzzed_manifest_bytes(saved_checkpoint, data):
-    from acc.checkpoint import CheckpointError
+    from acc.errors import CheckpointError
 
     _count("manifests (bytes)")
     work = Path(tempfile.mkdtemp(prefix="acc-fuzz-"))

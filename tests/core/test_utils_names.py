@@ -10,7 +10,7 @@ import pytest
 
 import acc
 import acc.utils
-from acc.checkpoint import ProjectConfiguration
+from acc.checkpointing.files import ProjectConfiguration
 from acc.runtime.ops import send_to_device
 from acc.runtime.seeding import set_seed
 

@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from acc import Accelerator, set_seed
-from acc.checkpoint import ProjectConfiguration, automatic_checkpoints
+from acc.checkpointing.files import ProjectConfiguration, automatic_checkpoints
 
 
 class Log:

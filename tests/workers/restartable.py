@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from acc import Accelerator, set_seed
-from acc.checkpoint import ProjectConfiguration
+from acc.checkpointing.files import ProjectConfiguration
 
 
 def main() -> None:

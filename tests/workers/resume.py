@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from common import dump
 from acc import Accelerator, set_seed
-from acc.checkpoint import ProjectConfiguration
+from acc.checkpointing.files import ProjectConfiguration
 
 
 class Counter:

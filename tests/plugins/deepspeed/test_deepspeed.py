@@ -168,7 +168,7 @@ MARK = [""]
 
 
 def test_loading_never_runs_code_from_a_deepspeed_file(tmp_path):
-    from acc.checkpoint import digest
+    from acc.checkpointing.files import digest
 
     acc_launch(tmp_path, [*DS, "--zero-stage", "2"], "layers.py", ["--out", str(tmp_path / "o"), "--steps", "2",
                                                                    "--save", str(tmp_path / "ckpt")])

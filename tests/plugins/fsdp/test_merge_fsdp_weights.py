@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from acc.checkpoint import CheckpointError
+from acc.errors import CheckpointError
 from acc.utils import merge_fsdp_weights
 from tests.conftest import WORKERS
 from tests.plugins.ddp.test_ddp import acc_launch

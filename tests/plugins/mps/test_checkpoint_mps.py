@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from acc import Accelerator
-from acc import checkpoint as ckpt
+from acc.checkpointing import files as ckpt
 from acc.assembly.choose import assemble
 from acc.contract.context import ProcessInfo, RunContext
 from acc.runtime.ops import leaves

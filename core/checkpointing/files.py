@@ -38,17 +38,13 @@ from typing import Any
 
 import torch
 
-from acc import hashed_io
-from acc.errors import AccError
+from acc.checkpointing import hashed_io
+from acc.errors import CheckpointError
 
 MANIFEST = "manifest.json"
 FORMAT = "acc-checkpoint/2"  # /2: file checksums are BLAKE3 ("blake3"); /1 (acc 0.1) recorded sha256
 FORMATS = ("acc-checkpoint/1", FORMAT)  # what loading reads
 AUTO_PREFIX = "checkpoint_"
-
-
-class CheckpointError(AccError):
-    """A checkpoint (or a file in it) is missing, incomplete, corrupt, foreign or unsafe."""
 
 
 @dataclass
@@ -446,7 +442,7 @@ def _tuples(x: Any) -> Any:
 
 
 def _confine() -> Any:
-    """acc.confine: entries are read only when they are regular files inside the checkpoint (no links out)."""
-    from acc import confine
+    """acc.checkpointing.confine: entries are read only when they are regular files inside the checkpoint (no links out)."""
+    from acc.checkpointing import confine
 
     return confine

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import torch
 
-from acc.checkpoint import CheckpointError
+from acc.errors import CheckpointError
 
 META_KEY = "acc_sharded"
 
@@ -42,7 +42,7 @@ def piece_of(tensor: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
 def save_pieces(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """Write this process's pieces of `tensors` (DTensors or whole tensors) to one safetensors file (inside
     save_state hashed while written, as `save_tensors` writes)."""
-    from acc.checkpoint import save_tensors as write
+    from acc.checkpointing.files import save_tensors as write
 
     data, meta = {}, {}
     for name, tensor in tensors.items():

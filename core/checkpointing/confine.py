@@ -14,6 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from acc.errors import CheckpointError
+
 
 def name_problem(name: object) -> str | None:
     """Why `name` is not a plain relative name inside a directory (None: it is one)."""
@@ -75,8 +77,6 @@ def inside(directory: str | os.PathLike, name: object, listed_in: str | os.PathL
     naming the entry (and the manifest or index that lists it, `listed_in`) otherwise."""
     why = problem(directory, name)
     if why is not None:
-        from acc.checkpoint import CheckpointError
-
         where = f" (listed in {listed_in})" if listed_in is not None else ""
         raise CheckpointError(f"{directory}: refused to read the entry {name!r}{where}: {why}; acc reads only "
                               "regular files inside the checkpoint directory it was given (copy the file into it, or "

@@ -24,10 +24,11 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from acc import checkpoint as ckpt
-from acc import hashed_io
+from acc.checkpointing import files as ckpt
+from acc.checkpointing import hashed_io
 from acc.assembly import manifest as run_manifest
-from acc.checkpoint import CheckpointError, ProjectConfiguration
+from acc.checkpointing.files import ProjectConfiguration
+from acc.errors import CheckpointError
 from acc.runtime.prepared import PreparedObjects
 
 KERNEL_STATE = "kernel_state.pt"
