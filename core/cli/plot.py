@@ -36,7 +36,7 @@ def plot(run_dirs: tuple[str, ...], output: str, metrics: tuple[str, ...], log_y
     project_dir, a project's directory). Every run is one line in each metric's panel, so several runs are
     compared at a glance: acc plot runs/lr-0.1 runs/lr-0.01 -o compare.png
     """
-    from acc.tracker_jsonl import find_runs, read_run
+    from acc.builtin.jsonl import find_runs, read_run
 
     for given in run_dirs:
         if not Path(given).exists():

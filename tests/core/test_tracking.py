@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from acc.contract.settings import ResolvedSettings
-from acc.tracker_jsonl import find_runs, read_run
-from acc.tracking import (GeneralTracker, LOGGER_TYPE_TO_CLASS, TrackerError, Trackers, choose, filter_trackers,
+from acc.builtin.jsonl import find_runs, read_run
+from acc.tracking import (GeneralTracker, LOGGER_TYPE_TO_CLASS, TrackerError, Trackers, filter_trackers,
                           get_available_trackers, installed_trackers, on_main_process, register_tracker_class)
+from acc.tracking.registry import choose
 
 
 def accelerator(tmp_path: Path | None, main: bool = True, log_with: list | None = None, source: str = "default"):
@@ -100,12 +101,12 @@ def test_on_main_process_follows_the_trackers_main_process_only(monkeypatch):
 
 def test_discovery_reads_metadata_only_and_the_builtin_comes_first():
     code = ("import sys, acc.tracking as t; names = list(t.installed_trackers()); "
-            "print(names[0], 'acc.tracker_jsonl' in sys.modules, 'torch' in sys.modules)")
+            "print(names[0], 'acc.builtin.jsonl' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["jsonl", "False", "False"]
     info = installed_trackers()["jsonl"]
     assert (info.group, info.distribution, info.module) == ("acc.trackers", "acc-core",
-                                                            "acc.tracker_jsonl:JSONLinesTracker")
+                                                            "acc.builtin.jsonl:JSONLinesTracker")
 
 
 # ------------------------------------------------------------------------------------------- choosing
@@ -174,9 +175,9 @@ def test_accelerates_registry_names_work(tmp_path):
         with pytest.raises(ValueError, match="must be a subclass of `GeneralTracker`"):
             register_tracker_class(dict)
     finally:
-        from acc import tracking
+        from acc.tracking import registry
 
-        tracking._REGISTERED.pop("registered_tracker", None)
+        registry._REGISTERED.pop("registered_tracker", None)
 
 
 def test_accelerates_tracker_classes_are_importable_by_name_when_installed():

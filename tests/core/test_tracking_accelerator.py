@@ -158,7 +158,7 @@ def invoke(*args: str, env: dict | None = None):
 def test_acc_plugins_lists_the_trackers():
     out = invoke("plugins").output
     assert "trackers (entry-point group acc.trackers" in out
-    assert "  jsonl  (acc-core 0.1.0, builtin)\n    class     acc.tracker_jsonl:JSONLinesTracker" in out
+    assert "  jsonl  (acc-core 0.1.0, builtin)\n    class     acc.builtin.jsonl:JSONLinesTracker" in out
     rows = json.loads(invoke("plugins", "--json").output)
     assert [r["name"] for r in rows if r["group"] == "acc.trackers"][0] == "jsonl"
 

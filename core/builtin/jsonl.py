@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from acc.tracker_values import Unstorable, hyperparameters, scalar, split_values
+from acc.tracking.values import Unstorable, hyperparameters, scalar, split_values
 from acc.tracking import GeneralTracker, on_main_process
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
