@@ -21,7 +21,7 @@ whole model to the execution device at its forward (diffusers' model CPU offload
 
 from __future__ import annotations
 
-from acc.hooks import (
+from acc.big_model.module_hooks import (
     AlignDevicesHook,
     CpuOffload,
     ModelHook,

@@ -11,7 +11,7 @@ from torch import nn
 
 from acc.errors import CheckpointError
 from acc.errors import AccError
-from acc.hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
+from acc.big_model.module_hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
                      add_hook_to_module, send_to_device)
 from acc.big_model.files import OffloadFolder, TensorRecord, open_checkpoint
 from acc.big_model.planner import (DeviceMapError, check_device_map, execution_device, get_balanced_memory,

@@ -99,7 +99,7 @@ _LAZY = {
     "named_module_tensors": ("acc.utils.modeling", "named_module_tensors"),
     "retie_parameters": ("acc.utils.modeling", "retie_parameters"),
     "set_module_tensor_to_device": ("acc.utils.modeling", "set_module_tensor_to_device"),
-    "PrefixedDataset": ("acc.hooks", "PrefixedDataset"),
+    "PrefixedDataset": ("acc.big_model.module_hooks", "PrefixedDataset"),
     # other
     "clean_state_dict_for_safetensors": ("acc.utils.other", "clean_state_dict_for_safetensors"),
     "convert_bytes": ("acc.utils.other", "convert_bytes"),

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+from acc.runtime.devices import vendor_device
 from acc.utils.environment import parse_flag_from_env, patch_environment, str_to_bool
 from acc.utils.versions import compare_versions, is_torch_version
 
@@ -280,47 +281,28 @@ def is_xpu_available(check_device: bool = False) -> bool:
     return bool(torch.xpu.is_available())
 
 
-def _vendor_device(module: str, attr: str, check_device: bool) -> bool:
-    """A device of an out-of-tree torch backend (torch_npu -> torch.npu, ...): False when not installed."""
-    if importlib.util.find_spec(module) is None:
-        return False
-    try:
-        importlib.import_module(module)
-    except Exception:  # noqa: BLE001 - e.g. torch_npu in a CPU-only container
-        return False
-    backend = getattr(_torch(), attr, None)
-    if backend is None:
-        return False
-    if check_device:
-        try:
-            backend.device_count()
-        except RuntimeError:
-            return False
-    return bool(backend.is_available())
-
-
 @functools.lru_cache
 def is_npu_available(check_device: bool = False) -> bool:
     """An Ascend NPU (torch_npu)."""
-    return _vendor_device("torch_npu", "npu", check_device)
+    return vendor_device("torch_npu", "npu", check_device)
 
 
 @functools.lru_cache
 def is_mlu_available(check_device: bool = False) -> bool:
     """A Cambricon MLU (torch_mlu)."""
-    return _vendor_device("torch_mlu", "mlu", check_device)
+    return vendor_device("torch_mlu", "mlu", check_device)
 
 
 @functools.lru_cache
 def is_musa_available(check_device: bool = False) -> bool:
     """A Moore Threads GPU (torch_musa)."""
-    return _vendor_device("torch_musa", "musa", check_device)
+    return vendor_device("torch_musa", "musa", check_device)
 
 
 @functools.lru_cache
 def is_sdaa_available(check_device: bool = False) -> bool:
     """A Tecorigin SDAA (torch_sdaa)."""
-    return _vendor_device("torch_sdaa", "sdaa", check_device)
+    return vendor_device("torch_sdaa", "sdaa", check_device)
 
 
 @functools.lru_cache
@@ -328,7 +310,7 @@ def is_hpu_available(init_hccl: bool = False) -> bool:
     """An Intel Gaudi HPU (habana_frameworks.torch)."""
     if importlib.util.find_spec("habana_frameworks") is None:
         return False
-    return _vendor_device("habana_frameworks.torch", "hpu", False)
+    return vendor_device("habana_frameworks.torch", "hpu", False)
 
 
 @functools.lru_cache

@@ -4,10 +4,10 @@ out-of-memory errors, release objects and the device caches. Torch-free until a 
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
-import sys
 from typing import Any, Callable
+
+from acc.runtime.devices import clear_device_cache
 
 # substrings of the messages of the errors that mean "this batch does not fit" (Accelerate's list)
 OOM_MESSAGES = (
@@ -16,25 +16,6 @@ OOM_MESSAGES = (
     "DefaultCPUAllocator: can't allocate memory",  # CPU
     "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",  # HPU
 )
-
-
-def clear_device_cache(garbage_collection: bool = False) -> None:
-    """Empty the caching allocator of the accelerator in use (CUDA, XPU, NPU, MLU, MPS); `garbage_collection`
-    runs `gc.collect()` first (slow: use sparingly). Nothing to empty when torch was never imported."""
-    if garbage_collection:
-        gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    for name in ("xpu", "npu", "mlu", "musa", "sdaa"):
-        backend = getattr(torch, name, None)
-        if backend is not None and getattr(backend, "is_available", lambda: False)():
-            backend.empty_cache()
-            return
-    if torch.backends.mps.is_available():
-        torch.mps.empty_cache()
-    elif torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 def release_memory(*objects: Any) -> list[None]:
