@@ -34,10 +34,10 @@ _LAZY = {
     "is_rich_available": ("acc.utils.imports", "is_rich_available"),
     "DDPCommunicationHookType": ("acc.contract.enums", "DDPCommunicationHookType"),
     **{name: ("acc.launchers", name) for name in ("launch", "notebook_launcher", "debug_launcher", "WorkerFailedError")},
-    "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
-    "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
-    "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
-    "ProfileKwargs": ("acc.plugin_dataclasses", "ProfileKwargs"),
+    "DeepSpeedPlugin": ("acc.compat.plugin_objects", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("acc.compat.plugin_objects", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("acc.compat.plugin_objects", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("acc.compat.plugin_objects", "ProfileKwargs"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -13,7 +13,7 @@ Tables for plugins that are not loaded in this run are ignored; unknown keys any
 
 A file given with `--config-file` may also be an Accelerate config (YAML or JSON, what `accelerate config`
 writes): it is recognised by its name (.yaml, .yml, .json) or its `key: value` lines and read with Accelerate's
-meaning (`acc.accelerate_compat`).
+meaning (`acc.compat.accelerate_launch`).
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ class ConfigFile:
                               f"{exc.start}); a config file is TOML (or an Accelerate YAML config) written in "
                               "UTF-8") from None
         if is_accelerate_config(path, text):
-            from acc import accelerate_compat
+            from acc.compat import accelerate_config
 
             try:
-                converted = accelerate_compat.read_config(path, label, text)
+                converted = accelerate_config.read_config(path, label, text)
             except RecursionError:
                 raise ConfigError(f"{label} {path}: nested too deeply to be a config file") from None
             return cls(path=path, label=label, data=converted.data, text=text, _lines=text.splitlines(),

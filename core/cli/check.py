@@ -41,7 +41,7 @@ def check(ctx: click.Context, config_file: str | None, as_json: bool, **setting_
     env = orchestrate.worker_environment(assembly, plan)
     env.update(orchestrate.logging_environment(assembly, None))
     env.pop("ACC_RUN_DIR", None)
-    code = orchestrate.execute(plan, Target("acc.check", tuple(args), is_module=True), env, replace=False)
+    code = orchestrate.execute(plan, Target("acc.testing.check_job", tuple(args), is_module=True), env, replace=False)
     data = json.loads(out.read_text()) if out.is_file() else {"planned": [], "results": []}
     results, planned = data["results"], data["planned"]
     precision = data.get("precision")
@@ -80,7 +80,7 @@ SLOW_RATIO = 1.5  # above this, the report says what to do
 
 
 def precision_lines(p: dict) -> list[str]:
-    """The report of the mixed-precision comparison the check job measured (see acc.check.compare_precision)."""
+    """The report of the mixed-precision comparison the check job measured (see acc.testing.check_job.compare_precision)."""
     mode = p["mode"]
     support = {True: "native", False: "EMULATED", None: "unknown"}[p.get("native")]
     if "skipped" in p:

@@ -4,7 +4,7 @@ The options a backend declares (`acc_add_settings`) become `acc launch` options 
 chosen, so `acc launch --backend deepspeed --help` lists DeepSpeed's flags. To know which backend is
 chosen before parsing, the raw arguments are peeked at for --backend, -p and --config-file.
 
-`accelerate launch`'s options are read too, with Accelerate's meaning (`acc.accelerate_compat` turns them into
+`accelerate launch`'s options are read too, with Accelerate's meaning (`acc.compat.accelerate_launch` turns them into
 acc's flags first; the dry run names the spelling that was typed as each setting's source).
 """
 
@@ -22,7 +22,7 @@ from acc.contract.launch_plan import Target
 from acc.contract.settings import Setting, SettingsRegistry
 
 if TYPE_CHECKING:
-    from acc.accelerate_compat import LaunchTranslation
+    from acc.compat.accelerate_launch import LaunchTranslation
 
 _PEEK = {"--backend": "backend", "-p": "plugins", "--plugin": "plugins", "--config-file": "config_file"}
 _META_KEY = "acc.assembly.choose"
@@ -53,7 +53,7 @@ def _known_options(settings: Iterable[Setting] | None = None) -> set[str]:
 def _peek(args: list[str], takes_value: set[str] | None = None) -> dict[str, Any]:
     """--backend, -p and --config-file values given before the script (the rest is parsed by click)."""
     found: dict[str, Any] = {}
-    from acc.accelerate_compat import EMITTED_VALUE_FLAGS
+    from acc.compat.accelerate_launch import EMITTED_VALUE_FLAGS
 
     takes_value = (_value_flags() if takes_value is None else takes_value) | EMITTED_VALUE_FLAGS
     i = 0
@@ -97,8 +97,8 @@ class LaunchCommand(click.Command):
     """A click command whose options include those of the plugins chosen in its own arguments."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from acc import accelerate_compat
-        from acc.accelerate_compat import translate_launch_args
+        from acc.compat import accelerate_launch
+        from acc.compat.accelerate_launch import translate_launch_args
 
         value_flags = _value_flags()
         translation = translate_launch_args(args, value_flags, _known_options())
@@ -116,7 +116,7 @@ class LaunchCommand(click.Command):
             if option not in known:
                 raise ConfigError(f"flag {translation.typed[option]} sets the {owner} backend's "
                                   f"{option[2:].replace('-', '_')}, but the backend is {assembly.settings['backend']}; "
-                                  f"choose it with {accelerate_compat.backend_hint(owner)}")
+                                  f"choose it with {accelerate_launch.backend_hint(owner)}")
         args = translation.args
         if translation.nproc is not None:
             args = args[:translation.n_options] + ["--nproc", str(translation.nproc[0])] + \
@@ -182,7 +182,7 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
     total over all machines; --multi_gpu/--use_fsdp/--use_deepspeed without a process count run one process
     per visible GPU, as `accelerate launch` does.
     """
-    from acc import accelerate_compat
+    from acc.compat import accelerate_launch
     from acc.assembly.choose import _cluster, _core_registry
     from acc.assembly.clusters import setting_values
     from acc.assembly.config_files import find_config_files
@@ -202,7 +202,7 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
         source = f"flag {translation.typed['--num-machines']}"
     if translation.total_processes is not None:
         total, flag = translation.total_processes, translation.total_flag
-        per = accelerate_compat.per_machine(total, machines, f"flag {flag}", source)
+        per = accelerate_launch.per_machine(total, machines, f"flag {flag}", source)
         return per, f"flag {flag}" + (f" ({total} over {machines} machines)" if machines > 1 else "")
     if "--nproc" in translation.values or "ACC_NPROC" in os.environ or "nproc" in scheduler:
         return None
@@ -212,7 +212,7 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
         where = f"{first.label} {first.path}"
         if first.total_processes is None or machines == first.total_machines:
             return None  # the file's own num_processes / num_machines (or an acc file's nproc) hold
-        per = accelerate_compat.per_machine(first.total_processes, machines, f"{first.where('nproc')}: key "
+        per = accelerate_launch.per_machine(first.total_processes, machines, f"{first.where('nproc')}: key "
                                             "'num_processes'", source)
         return per, f"{where} (num_processes {first.total_processes} over {machines} machines)"
     backend = translation.values.get("--backend")

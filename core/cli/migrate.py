@@ -37,7 +37,7 @@ def migrate(scripts: tuple[str, ...], write: bool, as_json: bool, usage: Path | 
                  1 when some name is missing,
                  2 when a script cannot be read or parsed (nothing is checked or written then).
     """
-    from acc import migrate as m
+    from acc.compat import migrate as m
 
     if usage is not None:
         if scripts or write:

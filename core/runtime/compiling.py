@@ -42,7 +42,7 @@ def regional(ctx: Any) -> bool:
 
 
 def _plugin(ctx: Any) -> Any:
-    from acc.plugin_dataclasses import TorchDynamoPlugin
+    from acc.compat.plugin_objects import TorchDynamoPlugin
 
     return ctx.handler(TorchDynamoPlugin)
 

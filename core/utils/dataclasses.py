@@ -1,5 +1,5 @@
 """The kwargs handlers, plugin objects and enumerations under Accelerate's module path
-`accelerate.utils.dataclasses` (acc's own objects: `acc.contract.kwargs`, `acc.plugin_dataclasses`, `acc.contract.enums`).
+`accelerate.utils.dataclasses` (acc's own objects: `acc.contract.kwargs`, `acc.compat.plugin_objects`, `acc.contract.enums`).
 Torch-free."""
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from acc.contract.kwargs import (
 
 _LAZY = {
     "ProjectConfiguration": ("acc.checkpointing.files", "ProjectConfiguration"),
-    "DeepSpeedPlugin": ("acc.plugin_dataclasses", "DeepSpeedPlugin"),
-    "FullyShardedDataParallelPlugin": ("acc.plugin_dataclasses", "FullyShardedDataParallelPlugin"),
-    "TorchDynamoPlugin": ("acc.plugin_dataclasses", "TorchDynamoPlugin"),
-    "ProfileKwargs": ("acc.plugin_dataclasses", "ProfileKwargs"),
+    "DeepSpeedPlugin": ("acc.compat.plugin_objects", "DeepSpeedPlugin"),
+    "FullyShardedDataParallelPlugin": ("acc.compat.plugin_objects", "FullyShardedDataParallelPlugin"),
+    "TorchDynamoPlugin": ("acc.compat.plugin_objects", "TorchDynamoPlugin"),
+    "ProfileKwargs": ("acc.compat.plugin_objects", "ProfileKwargs"),
 }
 
 

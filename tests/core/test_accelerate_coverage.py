@@ -2,7 +2,7 @@
 
 tests/data/accelerate_usage.json holds the Accelerate names used by the `examples/` of huggingface/accelerate,
 huggingface/diffusers and huggingface/peft (derived data, no code; regenerate it with tests/tools/scan_corpora.py).
-Every name is checked against the installed acc with acc.migrate's checker. See the table with
+Every name is checked against the installed acc with acc.compat.migrate's checker. See the table with
 
     python -m pytest tests/core/test_accelerate_coverage.py -rA
     acc migrate --coverage tests/data/accelerate_usage.json          (the same table)
@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from acc import migrate as m
+from acc.compat import migrate as m
 from tests.conftest import ROOT
 
 USAGE = ROOT / "tests" / "data" / "accelerate_usage.json"
@@ -94,7 +94,7 @@ def test_the_counts_add_up(results, usage):
 
 
 def test_the_table_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "acc.migrate", "--coverage", str(USAGE), "--top", "5"],
+    proc = subprocess.run([sys.executable, "-m", "acc.compat.migrate", "--coverage", str(USAGE), "--top", "5"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

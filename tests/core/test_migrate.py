@@ -1,4 +1,4 @@
-"""acc.migrate (the scanner, the checker, the differences table, the import rewriter) and `acc migrate`."""
+"""acc.compat.migrate (the scanner, the checker, the differences table, the import rewriter) and `acc migrate`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acc import migrate as m
+from acc.compat import migrate as m
 from acc.cli import cli
 from tests.conftest import ACC, ROOT, run
 
@@ -240,7 +240,7 @@ def test_every_difference_quotes_the_readme():
         assert set(entry) <= {"id", "readme", "match", "requires", "unless", "message"}, entry["id"]
         assert " ".join(entry["readme"].split()) in readme, (
             f"DIFFERENCES[{entry['id']!r}] quotes {entry['readme']!r}, which README.md no longer says: update the "
-            "entry (acc/migrate.py) to what the README says now, or remove it")
+            "entry (acc/compat/migrate.py) to what the README says now, or remove it")
         for pattern in entry["match"] + entry.get("requires", []) + entry.get("unless", []):
             assert len(pattern) == 1 and next(iter(pattern)) in m.PATTERNS, (entry["id"], pattern)
 
@@ -476,19 +476,19 @@ def test_the_repository_example_needs_nothing_acc_lacks(tmp_path):
 
 
 def test_python_dash_m_checks_scripts(script, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "acc.migrate", str(script)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "acc.compat.migrate", str(script)], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
     assert proc.returncode == 1 and "Accelerator.teleport_gradients" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "acc.migrate", str(tmp_path / "nope.py")], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "acc.compat.migrate", str(tmp_path / "nope.py")], capture_output=True,
                           text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and "nope.py: no such file" in proc.stderr
 
 
 def test_importing_the_scanner_and_the_command_is_torch_free():
-    code = ("import sys, acc.migrate, acc.cli.migrate\n"
+    code = ("import sys, acc.compat.migrate, acc.cli.migrate\n"
             "from acc.cli import main\n"
             "try:\n    main(['migrate', '--help'])\nexcept SystemExit:\n    pass\n"
-            "s = acc.migrate.scan_source('from accelerate import Accelerator\\n')\n"
+            "s = acc.compat.migrate_scan.scan_source('from accelerate import Accelerator\\n')\n"
             "print('TORCH', 'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "TORCH False" in proc.stdout, proc.stdout + proc.stderr

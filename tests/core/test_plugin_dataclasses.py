@@ -14,7 +14,7 @@ import acc
 import acc.utils
 import acc.utils.dataclasses
 from acc import AccError
-from acc.plugin_dataclasses import (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ProfileKwargs,
+from acc.compat.plugin_objects import (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ProfileKwargs,
                                     TorchDynamoPlugin)
 
 NAMES = ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "TorchDynamoPlugin", "ProfileKwargs")
@@ -22,7 +22,7 @@ NAMES = ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "TorchDynamoPlugin
 
 @pytest.mark.parametrize("name", NAMES)
 def test_one_object_under_every_path(name):
-    obj = getattr(acc.plugin_dataclasses, name)
+    obj = getattr(acc.compat.plugin_objects, name)
     assert getattr(acc, name) is getattr(acc.utils, name) is getattr(acc.utils.dataclasses, name) is obj
     assert name in acc.__all__ and name in acc.utils.__all__ and name in acc.utils.dataclasses.__all__
 

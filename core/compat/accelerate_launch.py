@@ -1,26 +1,20 @@
-"""Accelerate's spellings, read with Accelerate's meaning: `accelerate launch` flags and `accelerate config` files.
+"""`accelerate launch`'s flags, read with Accelerate's meaning, into acc's own settings (so everything after them,
+resolution, sources, validation, the dry run, is acc's usual path).
 
-Two translations, both into acc's own settings (so everything after them — resolution, sources, validation,
-the dry run — is acc's usual path):
-
-- `translate_launch_args`: the arguments of `acc launch` before the script. Every one of `accelerate launch`'s
-  options is known here (underscore or dash spelling, as Accelerate accepts both): it becomes acc's flag, or is
-  accepted because it asks for what acc does anyway, or is an error that names it and says what acc offers.
-- `read_config`: a YAML (or JSON) file written by `accelerate config` becomes the data of a `ConfigFile`, the
-  same shape a TOML file has (kernel settings at the top, a table per plugin). Unknown keys are errors naming
-  the key and the file. PyYAML is imported only here, only when such a file is read.
-
-Torch-free.
+`translate_launch_args`: the arguments of `acc launch` before the script. Every one of `accelerate launch`'s options
+is known here (underscore or dash spelling, as Accelerate accepts both): it becomes acc's flag, or is accepted
+because it asks for what acc does anyway, or is an error that names it and says what acc offers. `fsdp_settings`
+reads Accelerate's FSDP options (flags, config-file keys, `FullyShardedDataParallelPlugin` fields). Accelerate's
+config files are `acc.compat.accelerate_config`. Torch-free.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from acc.errors import ConfigError, did_you_mean
+from acc.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------- launch flags
 
@@ -56,16 +50,16 @@ def _only(ok: tuple[str, ...], offer: str) -> Flag:
     return Flag("accept", True, ok=ok, offer=offer)
 
 
-_MULTI_MACHINE = ("acc starts every machine's workers with torch's elastic agent: run `acc launch` on each machine "
+MULTI_MACHINE = ("acc starts every machine's workers with torch's elastic agent: run `acc launch` on each machine "
                   "with --num_machines, --machine_rank and --main_process_ip")
-_DYNAMO = ("acc compiles prepared models with --dynamo_backend BACKEND and torch.compile's defaults; for its other "
+DYNAMO = ("acc compiles prepared models with --dynamo_backend BACKEND and torch.compile's defaults; for its other "
            "options pass Accelerator(dynamo_plugin=TorchDynamoPlugin(...)) in the script")
-_MEGATRON = "acc has no Megatron-LM backend; its sharding backends are fsdp (--use_fsdp) and deepspeed (--use_deepspeed)"
-_PARALLELISM = ("acc has no N-d parallelism config (tensor/context/sequence parallel) yet; it shards data-parallel "
+MEGATRON = "acc has no Megatron-LM backend; its sharding backends are fsdp (--use_fsdp) and deepspeed (--use_deepspeed)"
+PARALLELISM = ("acc has no N-d parallelism config (tensor/context/sequence parallel) yet; it shards data-parallel "
                 "with fsdp (--use_fsdp) or deepspeed (--use_deepspeed)")
-_FP8 = "acc's mixed precision is no, fp16 or bf16 (--mixed_precision); there is no fp8 yet"
-_SAGEMAKER = "acc has no SageMaker launcher: run `acc launch` on the instances"
-_TPU_POD = "acc has no TPU-pod launcher: run `acc launch --tpu` on each TPU host"
+FP8 = "acc's mixed precision is no, fp16 or bf16 (--mixed_precision); there is no fp8 yet"
+SAGEMAKER = "acc has no SageMaker launcher: run `acc launch` on the instances"
+TPU_POD = "acc has no TPU-pod launcher: run `acc launch --tpu` on each TPU host"
 _DS = "deepspeed"
 _FSDP = "fsdp"
 
@@ -82,14 +76,14 @@ FLAGS: dict[str, Flag] = {
                                        "gives each of a machine's N processes cores/N threads)"),
     "enable_cpu_affinity": _no("acc sets no CPU affinity; use numactl or taskset around `acc launch`", False),
     "dynamo_backend": _alias("--dynamo-backend"),
-    "dynamo_mode": _no(_DYNAMO),
-    "dynamo_use_fullgraph": _no(_DYNAMO, False),
-    "dynamo_use_dynamic": _no(_DYNAMO, False),
-    "dynamo_use_regional_compilation": _no(_DYNAMO, False),
+    "dynamo_mode": _no(DYNAMO),
+    "dynamo_use_fullgraph": _no(DYNAMO, False),
+    "dynamo_use_dynamic": _no(DYNAMO, False),
+    "dynamo_use_regional_compilation": _no(DYNAMO, False),
     "use_deepspeed": Flag("backend", False, "deepspeed"),
     "use_fsdp": Flag("backend", False, "fsdp"),
-    "use_parallelism_config": _no(_PARALLELISM, False),
-    "use_megatron_lm": _no(_MEGATRON, False),
+    "use_parallelism_config": _no(PARALLELISM, False),
+    "use_megatron_lm": _no(MEGATRON, False),
     "gpu_ids": _only(("all",), "set CUDA_VISIBLE_DEVICES=0,1 in the environment; acc runs on the visible devices"),
     "same_network": Flag("noop", False, why="acc's machines always meet at --main_process_ip:--main_process_port"),
     "machine_rank": _alias("--machine-rank"),
@@ -104,11 +98,11 @@ FLAGS: dict[str, Flag] = {
     "monitor_interval": _alias("--monitor-interval"),
     "module": _alias("--module", False),
     "no_python": _alias("--no-python", False),
-    "tpu_cluster": _no(_TPU_POD, False),
+    "tpu_cluster": _no(TPU_POD, False),
     "no_tpu_cluster": Flag("noop", False, why="acc never launches on a TPU-pod cluster"),
-    "tpu_use_sudo": _no(_TPU_POD, False),
-    "vm": _no(_TPU_POD),
-    "env": _no(_TPU_POD + "; set environment variables for the workers in the launching shell"),
+    "tpu_use_sudo": _no(TPU_POD, False),
+    "vm": _no(TPU_POD),
+    "env": _no(TPU_POD + "; set environment variables for the workers in the launching shell"),
     "main_training_function": _only(("main",), "acc runs the script as __main__ (as `python SCRIPT` would) on every "
                                     "backend; call your function from `if __name__ == '__main__':`"),
     "downcast_bf16": _no("acc's xla backend has no bf16 downcast option yet", False),
@@ -125,17 +119,17 @@ FLAGS: dict[str, Flag] = {
     "zero3_init_flag": _only(("false",), "acc does not build the model under deepspeed.zero.Init; every process "
                              "builds it and ZeRO-3 partitions it in prepare()"),
     "zero3_save_16bit_model": _only(("true", "false"), ""),
-    "deepspeed_hostfile": _no(_MULTI_MACHINE),
-    "deepspeed_exclusion_filter": _no(_MULTI_MACHINE),
-    "deepspeed_inclusion_filter": _no(_MULTI_MACHINE),
-    "deepspeed_multinode_launcher": _only(("standard",), _MULTI_MACHINE + " (Accelerate's 'standard' launcher)"),
+    "deepspeed_hostfile": _no(MULTI_MACHINE),
+    "deepspeed_exclusion_filter": _no(MULTI_MACHINE),
+    "deepspeed_inclusion_filter": _no(MULTI_MACHINE),
+    "deepspeed_multinode_launcher": _only(("standard",), MULTI_MACHINE + " (Accelerate's 'standard' launcher)"),
     "deepspeed_moe_layer_cls_names": _no("acc has no DeepSpeed MoE layer setting yet"),
     **{name: Flag("fsdp") for name in (
         "fsdp_version", "fsdp_offload_params", "fsdp_min_num_params", "fsdp_sharding_strategy",
         "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap",
         "fsdp_backward_prefetch", "fsdp_state_dict_type", "fsdp_forward_prefetch", "fsdp_use_orig_params",
         "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states", "fsdp_activation_checkpointing")},
-    **{f"megatron_lm_{name}": _no(_MEGATRON) for name in (
+    **{f"megatron_lm_{name}": _no(MEGATRON) for name in (
         "tp_degree", "use_custom_fsdp", "no_load_optim", "eod_mask_loss", "overlap_cpu_optimizer_d2h_h2d",
         "no_save_optim", "optimizer_cpu_offload", "use_precision_aware_optimizer", "decoder_last_pipeline_num_layers",
         "pp_degree", "num_micro_batches", "sequence_parallelism", "recompute_activations", "use_distributed_optimizer",
@@ -143,17 +137,17 @@ FLAGS: dict[str, Flag] = {
         "expert_model_parallel_size", "context_parallel_size", "attention_dropout", "hidden_dropout",
         "attention_softmax_in_fp32", "expert_tensor_parallel_size", "calculate_per_token_loss",
         "use_rotary_position_embeddings")},
-    "fp8_backend": _no(_FP8),
-    "fp8_use_autocast_during_eval": _no(_FP8, False),
-    **{f"fp8_{name}": _no(_FP8) for name in (
+    "fp8_backend": _no(FP8),
+    "fp8_use_autocast_during_eval": _no(FP8, False),
+    **{f"fp8_{name}": _no(FP8) for name in (
         "margin", "interval", "format", "amax_history_len", "amax_compute_algo", "override_linear_precision",
         "opt_level", "enable_fsdp_float8_all_gather", "pad_inner_dim")},
-    "aws_access_key_id": _no(_SAGEMAKER),
-    "aws_secret_access_key": _no(_SAGEMAKER),
+    "aws_access_key_id": _no(SAGEMAKER),
+    "aws_secret_access_key": _no(SAGEMAKER),
     "debug": _no("acc's failure report names the failing rank with its traceback, and its gather checks shapes "
                  "across processes; ACC_DEBUG=1 adds the launcher's own details", False),
-    "mpirun_hostfile": _no(_MULTI_MACHINE + " (acc does not start workers with mpirun)"),
-    **{f"parallelism_config_{name}": _no(_PARALLELISM) for name in (
+    "mpirun_hostfile": _no(MULTI_MACHINE + " (acc does not start workers with mpirun)"),
+    **{f"parallelism_config_{name}": _no(PARALLELISM) for name in (
         "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "cp_comm_strategy", "sp_size",
         "sp_backend", "sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")},
 }
@@ -289,7 +283,7 @@ def translate_launch_args(args: list[str], value_flags: set[str] | frozenset[str
         elif kind == "accept":
             value = take()
             if set(spec.ok) <= {"true", "false"} and value.strip().lower() in ("1", "0", "yes", "no"):
-                value = str(_bool(value, name)).lower()  # Accelerate reads these with str_to_bool
+                value = str(as_bool(value, name)).lower()  # Accelerate reads these with str_to_bool
             if value.strip().lower() not in spec.ok:
                 if not spec.offer:
                     raise ConfigError(f"flag {name}: expected {' or '.join(spec.ok)}, got {value!r}")
@@ -348,7 +342,6 @@ def per_machine(total: int, machines: int, given: str, machines_from: str) -> in
     return total // machines
 
 
-
 # ---------------------------------------------------------------------------------------------- fsdp options
 
 _STRATEGIES = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_SHARD": None,
@@ -363,7 +356,7 @@ FSDP_KEYS = (
 )
 
 
-def _bool(raw: Any, where: str) -> bool:
+def as_bool(raw: Any, where: str) -> bool:
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()
@@ -400,7 +393,7 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
     notes: list[str] = []
 
     def off_only(key: str, offer: str) -> None:
-        if key in given and given[key][0] is not None and _bool(given[key][0], given[key][1]):
+        if key in given and given[key][0] is not None and as_bool(given[key][0], given[key][1]):
             raise ConfigError(f"{given[key][1]}: {key} true is not supported by acc's fsdp backend yet: {offer}")
 
     if "fsdp_version" in given:
@@ -418,7 +411,7 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
         raw, where = given["fsdp_reshard_after_forward"]
         text = str(raw).strip().lower()
         if isinstance(raw, bool) or text in ("true", "false", "yes", "no"):
-            reshard = _bool(raw, where)
+            reshard = as_bool(raw, where)
             mapped = "full_shard" if reshard else "shard_grad_op"
             if strategy is not None and strategy[0] == "hybrid_shard":
                 if not reshard:
@@ -434,7 +427,7 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
         out["fsdp_strategy"] = strategy
     if given.get("fsdp_offload_params", (None,))[0] is not None:
         raw, where = given["fsdp_offload_params"]
-        out["fsdp_cpu_offload"] = (_bool(raw, where), where)
+        out["fsdp_cpu_offload"] = (as_bool(raw, where), where)
     policy = given.get("fsdp_auto_wrap_policy", (None, ""))
     classes = given.get("fsdp_transformer_layer_cls_to_wrap", (None, ""))
     size = given.get("fsdp_min_num_params", (None, ""))
@@ -469,7 +462,7 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
     for key in ("fsdp_sync_module_states", "fsdp_cpu_ram_efficient_loading"):
         if given.get(key, (None,))[0] is not None:
             raw, where = given[key]
-            wanted = _bool(raw, where)
+            wanted = as_bool(raw, where)
             if wanted or "fsdp_from_rank0" not in out:
                 out["fsdp_from_rank0"] = (wanted, where)
     off_only("fsdp_activation_checkpointing", "acc has no activation-checkpointing setting yet; use "
@@ -491,7 +484,7 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
                 if str(raw).strip().upper() not in prefetch + ("1", "2", "3"):
                     raise ConfigError(f"{where}: expected one of {', '.join(prefetch)}, got {raw!r}")
             else:
-                _bool(raw, where)
+                as_bool(raw, where)
             notes.append(f"{given[key][1]}: {key} has no effect: FSDP2, which acc's fsdp backend runs, has no such "
                          "option (Accelerate drops it for FSDP2 too)")
     return out, notes
@@ -499,268 +492,4 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
 
 # ---------------------------------------------------------------------------------------------- config files
 
-# distributed_type -> (backend, cpu); None: not offered
-_DISTRIBUTED = {
-    "NO": ("cpu", None), "MULTI_CPU": ("ddp", True), "MULTI_GPU": ("ddp", None), "FSDP": ("fsdp", None),
-    "DEEPSPEED": ("deepspeed", None), "XLA": ("xla", None), "TPU": ("xla", None),
-}
-_NOT_OFFERED = {
-    "MEGATRON_LM": _MEGATRON,
-    **{f"MULTI_{d}": f"acc has no backend for {d} devices yet; its backends: cpu, ddp, fsdp, deepspeed, xla, mps"
-       for d in ("NPU", "MLU", "SDAA", "MUSA", "XPU", "HPU", "NEURON")},
-}
-_TOP_KEYS = (
-    "compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes", "machine_rank",
-    "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend", "same_network",
-    "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config", "fsdp_config",
-    "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name", "tpu_zone",
-    "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env", "dynamo_config",
-    "fp16", "dynamo_backend",  # older files; Accelerate converts them
-)
-_DEEPSPEED_KEYS = (
-    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
-    "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_accumulation_steps", "gradient_clipping",
-    "zero3_init_flag", "zero3_save_16bit_model", "deepspeed_hostfile", "deepspeed_exclusion_filter",
-    "deepspeed_inclusion_filter", "deepspeed_multinode_launcher", "deepspeed_moe_layer_cls_names",
-)
-_EMPTY_TABLES = {"fp8_config": _FP8, "parallelism_config": _PARALLELISM, "megatron_lm_config": _MEGATRON,
-                 "mpirun_config": _MULTI_MACHINE + " (acc does not start workers with mpirun)"}
-_TPU_KEYS = ("tpu_name", "tpu_zone", "command_file", "commands", "tpu_vm", "tpu_env", "tpu_use_cluster", "tpu_use_sudo")
 
-
-@dataclass
-class Converted:
-    """An Accelerate config as acc's config data: `data` has TOML's shape; `origin` names, for each acc setting,
-    the Accelerate key it came from (for messages); `total_processes` is num_processes (over all machines)."""
-
-    data: dict[str, Any]
-    origin: dict[str, str]
-    notes: list[str]
-    total_processes: int | None = None
-    machines: int = 1
-
-
-def load(path: Path, label: str, text: str) -> dict[str, Any]:
-    """The mapping in an Accelerate YAML/JSON config file (PyYAML is imported only here, only for YAML)."""
-    if path.suffix.lower() == ".json":
-        import json
-
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{label} {path}: not valid JSON: {exc}") from None
-    else:
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(f"{label} {path} is a YAML file (an Accelerate config); reading it needs PyYAML, which "
-                              "is not installed: pip install pyyaml") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{label} {path}: not valid YAML: {exc}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{label} {path}: expected a mapping of Accelerate's config keys (what `accelerate config` "
-                          f"writes), got a {type(data).__name__}")
-    return data
-
-
-def _line(lines: list[str], key: str) -> int | None:
-    pattern = re.compile(r"""^\s*["']?%s["']?\s*:""" % re.escape(key))
-    for number, line in enumerate(lines, 1):
-        if pattern.match(line):
-            return number
-    return None
-
-
-def convert(raw: dict[str, Any], path: Path, label: str = "config file", text: str = "") -> Converted:
-    """Accelerate's config keys -> acc's settings (top level) and plugin tables ([fsdp], [deepspeed])."""
-    lines = text.splitlines()
-
-    def where(key: str) -> str:
-        leaf = key.rsplit(".", 1)[-1]
-        line = _line(lines, leaf)
-        return f"{label} {path}" + (f", line {line}" if line else "")
-
-    def fail(key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{where(key)}: key '{key}': {problem}")
-
-    def unknown(key: str, valid: tuple[str, ...]) -> ConfigError:
-        return ConfigError(f"{where(key)}: unknown key '{key}'{did_you_mean(key.rsplit('.', 1)[-1], valid)}; "
-                           f"this is read as an Accelerate config (`accelerate config` writes it), whose keys are: "
-                           f"{', '.join(valid)}")
-
-    for key in raw:
-        if key not in _TOP_KEYS:
-            if raw.get("compute_environment") == "AMAZON_SAGEMAKER":
-                break  # refused below, with the reason
-            raise unknown(str(key), _TOP_KEYS)
-    top: dict[str, Any] = {}
-    tables: dict[str, dict[str, Any]] = {}
-    origin: dict[str, str] = {}
-    notes: list[str] = []
-
-    def put(setting: str, value: Any, key: str, table: str | None = None) -> None:
-        (tables.setdefault(table, {}) if table else top)[setting] = value
-        origin[setting] = key
-
-    env = raw.get("compute_environment", "LOCAL_MACHINE")
-    if env == "AMAZON_SAGEMAKER":
-        raise fail("compute_environment", "AMAZON_SAGEMAKER is not supported: " + _SAGEMAKER)
-    if env != "LOCAL_MACHINE":
-        raise fail("compute_environment", f"expected LOCAL_MACHINE, got {env!r}")
-    kind = raw.get("distributed_type")
-    if kind is None:
-        raise ConfigError(f"{label} {path}: an Accelerate config needs a distributed_type (NO, MULTI_CPU, MULTI_GPU, "
-                          "FSDP, DEEPSPEED, XLA), as `accelerate config` writes")
-    kind = str(kind).upper()
-    if kind in _NOT_OFFERED:
-        raise fail("distributed_type", f"{kind} is not supported: {_NOT_OFFERED[kind]}")
-    if kind not in _DISTRIBUTED:
-        raise fail("distributed_type", f"expected one of {', '.join(_DISTRIBUTED)}, got {raw['distributed_type']!r}")
-    backend, cpu = _DISTRIBUTED[kind]
-    put("backend", backend, "distributed_type")
-    if cpu:
-        put("cpu", True, "distributed_type")
-    use_cpu = raw.get("use_cpu")
-    if use_cpu is not None:
-        if _bool(use_cpu, where("use_cpu")):
-            put("cpu", True, "use_cpu")
-        elif not cpu:
-            put("cpu", False, "use_cpu")
-    precision = raw.get("mixed_precision")
-    if precision is None and raw.get("fp16"):
-        put("mixed_precision", "fp16", "fp16")
-    elif precision is not None:
-        put("mixed_precision", str(precision).lower(), "mixed_precision")
-    machines = raw.get("num_machines")
-    if machines is not None:
-        put("num_machines", machines, "num_machines")
-    for key in ("machine_rank", "main_process_ip"):
-        if raw.get(key) is not None:
-            put(key, raw[key], key)
-    if raw.get("main_process_port") not in (None, 0):  # 0: Accelerate picks a free port, as acc does without one
-        put("main_process_port", raw["main_process_port"], "main_process_port")
-    total = raw.get("num_processes")
-    count = machines if isinstance(machines, int) and not isinstance(machines, bool) and machines >= 1 else 1
-    if total is not None and total != -1:  # -1: Accelerate's "given at launch"
-        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-            raise fail("num_processes", f"expected an integer >= 1 (the total over all machines), got {total!r}")
-        put("nproc", per_machine(total, count, f"{where('num_processes')}: key 'num_processes'",
-                                 where("num_machines") if machines is not None else "the default"), "num_processes")
-    else:
-        total = None
-    rdzv = raw.get("rdzv_backend")
-    if rdzv is not None and not (rdzv == "static" and count == 1):
-        # static is what `accelerate config` writes; on one machine Accelerate falls back to a free port when its
-        # 29500 is taken, which is what acc's default (c10d on a free port) does
-        put("rdzv_backend", rdzv, "rdzv_backend")
-        if rdzv == "static" and "main_process_port" not in top:
-            put("main_process_port", 29500, "rdzv_backend")  # Accelerate's default port
-    if raw.get("same_network") is not None:
-        _bool(raw["same_network"], where("same_network"))  # no effect: acc's machines meet at main_process_ip
-    gpu_ids = raw.get("gpu_ids")
-    if gpu_ids is not None and str(gpu_ids).strip().lower() != "all":
-        raise fail("gpu_ids", f"{gpu_ids!r} is not supported: set CUDA_VISIBLE_DEVICES={gpu_ids} in the environment "
-                              "instead (acc runs on the visible devices)")
-    function = raw.get("main_training_function")
-    if function not in (None, "main") and backend == "xla":
-        raise fail("main_training_function", f"{function!r} is not supported: acc runs the script as __main__ on "
-                                             "every backend; call your function from `if __name__ == '__main__':`")
-    if raw.get("debug") is not None and _bool(raw["debug"], where("debug")):
-        raise fail("debug", "true is not supported: " + FLAGS["debug"].offer)
-    if raw.get("enable_cpu_affinity") is not None and _bool(raw["enable_cpu_affinity"], where("enable_cpu_affinity")):
-        raise fail("enable_cpu_affinity", "true is not supported: " + FLAGS["enable_cpu_affinity"].offer)
-    if raw.get("downcast_bf16") not in (None, False, "no", "false"):
-        raise fail("downcast_bf16", f"{raw['downcast_bf16']!r} is not supported: " + FLAGS["downcast_bf16"].offer)
-    for key in _TPU_KEYS:
-        value = raw.get(key)
-        if value not in (None, False, "", [], {}):
-            raise fail(key, f"{value!r} is not supported: it is read by `accelerate tpu-config` and TPU-pod "
-                            f"launches; {_TPU_POD}")
-    for key, offer in _EMPTY_TABLES.items():
-        if raw.get(key) not in (None, {}):
-            raise fail(key, f"is not supported: {offer} (acc reads it only when empty)")
-    dynamo = dict(raw.get("dynamo_config") or {})
-    if "dynamo_backend" in raw:
-        dynamo["dynamo_backend"] = raw["dynamo_backend"]
-    if dynamo and not (set(dynamo) <= {"dynamo_backend"} and str(dynamo["dynamo_backend"]).upper() == "NO"):
-        raise fail("dynamo_config", f"{dynamo!r} is not supported: {_DYNAMO}")
-
-    deepspeed = raw.get("deepspeed_config") or {}
-    if not isinstance(deepspeed, dict):
-        raise fail("deepspeed_config", f"expected a mapping, got {deepspeed!r}")
-    for key in deepspeed:
-        if key not in _DEEPSPEED_KEYS:
-            raise unknown(f"deepspeed_config.{key}", _DEEPSPEED_KEYS)
-    fsdp = raw.get("fsdp_config") or {}
-    if not isinstance(fsdp, dict):
-        raise fail("fsdp_config", f"expected a mapping, got {fsdp!r}")
-    fsdp = {(k if str(k).startswith("fsdp_") else f"fsdp_{k}"): v for k, v in fsdp.items()}  # Accelerate adds it too
-    for key in fsdp:
-        if key not in FSDP_KEYS:
-            raise unknown(f"fsdp_config.{key}", FSDP_KEYS)
-    if deepspeed and backend != "deepspeed":
-        notes.append(f"{label} {path}: deepspeed_config is not used: distributed_type is {kind} (Accelerate ignores "
-                     "it too)")
-    if fsdp and backend != "fsdp":
-        notes.append(f"{label} {path}: fsdp_config is not used: distributed_type is {kind} (Accelerate ignores it too)")
-    if backend == "deepspeed":
-        _deepspeed(deepspeed, put, fail, notes, where)
-    if backend == "fsdp":
-        values, fsdp_notes = fsdp_settings({k: (v, f"{where(k)}: key 'fsdp_config.{k}'") for k, v in fsdp.items()})
-        notes += fsdp_notes
-        for setting, (value, _) in values.items():
-            keys = [k for k in fsdp if (setting == "fsdp_strategy" and k in ("fsdp_sharding_strategy",
-                    "fsdp_reshard_after_forward")) or (setting == "fsdp_wrap" and k in ("fsdp_auto_wrap_policy",
-                    "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params")) or (setting == "fsdp_cpu_offload"
-                    and k == "fsdp_offload_params")]
-            put(setting, value, "fsdp_config." + "+".join(keys), "fsdp")
-    data: dict[str, Any] = dict(top)
-    data.update(tables)
-    return Converted(data, origin, notes, total, count)
-
-
-def _deepspeed(ds: dict[str, Any], put: Callable, fail: Callable, notes: list[str], where: Callable) -> None:
-    def given(key: str) -> Any:
-        value = ds.get(key)
-        return None if value is None or (isinstance(value, str) and value.strip().lower() == "none"
-                                         and key.endswith(("_file", "_path"))) else value
-
-    if given("deepspeed_config_file") is not None:
-        put("deepspeed_config", str(ds["deepspeed_config_file"]), "deepspeed_config.deepspeed_config_file", "deepspeed")
-    if given("zero_stage") is not None:
-        put("zero_stage", ds["zero_stage"], "deepspeed_config.zero_stage", "deepspeed")
-    for key, setting in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_params")):
-        if given(key) is not None:
-            put(setting, str(ds[key]).lower(), f"deepspeed_config.{key}", "deepspeed")
-    if given("gradient_accumulation_steps") is not None:
-        put("gradient_accumulation_steps", ds["gradient_accumulation_steps"],
-            "deepspeed_config.gradient_accumulation_steps")
-    if given("gradient_clipping") is not None:
-        value = ds["gradient_clipping"]
-        put("gradient_clipping", float(value) if isinstance(value, int) and not isinstance(value, bool) else value,
-            "deepspeed_config.gradient_clipping", "deepspeed")
-    for key in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
-        if given(key) is not None:
-            raise fail(f"deepspeed_config.{key}", f"{ds[key]!r} is not supported: {FLAGS[key].offer}")
-    if ds.get("zero3_init_flag") is not None and _bool(ds["zero3_init_flag"], where("zero3_init_flag")):
-        raise fail("deepspeed_config.zero3_init_flag", "true is not supported: " + FLAGS["zero3_init_flag"].offer)
-    if ds.get("zero3_save_16bit_model") is not None and not _bool(ds["zero3_save_16bit_model"],
-                                                                  where("zero3_save_16bit_model")):
-        notes.append(f"{where('zero3_save_16bit_model')}: zero3_save_16bit_model false: acc's save_model gathers the "
-                     "full ZeRO-3 weights anyway")
-    for key in ("deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
-                "deepspeed_moe_layer_cls_names"):
-        if given(key) not in (None, ""):
-            raise fail(f"deepspeed_config.{key}", f"{ds[key]!r} is not supported: {FLAGS[key].offer}")
-    launcher = ds.get("deepspeed_multinode_launcher")
-    if launcher not in (None, "standard"):
-        raise fail("deepspeed_config.deepspeed_multinode_launcher", f"{launcher!r} is not supported: {_MULTI_MACHINE}")
-
-
-def read_config(path: Path, label: str, text: str) -> Converted:
-    """Read and convert an Accelerate config file."""
-    return convert(load(path, label, text), path, label, text)

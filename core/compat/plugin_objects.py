@@ -202,7 +202,7 @@ class FullyShardedDataParallelPlugin:
 
     def to_settings(self) -> dict[str, object]:
         """The fsdp backend's settings these fields ask for (fields left at their defaults set nothing)."""
-        from acc.accelerate_compat import fsdp_settings
+        from acc.compat.accelerate_launch import fsdp_settings
 
         no = _Refusals("FullyShardedDataParallelPlugin")
         given: dict[str, tuple[Any, str]] = {}
