@@ -9,10 +9,8 @@ through a hook, so a backend changes behaviour without the facade knowing which 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pluggy
@@ -25,7 +23,6 @@ from acc.checkpointing.files import ProjectConfiguration
 from acc.runtime.collectives import CollectivesMixin
 from acc.runtime.data.loader import DataSettings, PreparedDataLoader
 from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
-from acc.contract.enums import DistributedType
 from acc.errors import AccError
 from acc.contract.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
 from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler
@@ -33,9 +30,15 @@ from acc.runtime.precision import BackendStepper, Precision, check_supported
 from acc.runtime.worker import Runtime
 from acc.runtime.prepared import PreparedObjects
 from acc.checkpointing.checkpointer import Checkpointer
+from acc.checkpointing.facade import CheckpointingMethods
+from acc.tracking.facade import TrackingMethods
 from acc.runtime.init_module import check_empty_init, check_meta_models, has_meta
-from acc.state import only_on
+from acc.runtime.arguments import read_arguments
+from acc.runtime.process_views import ProcessViews
+from acc.runtime.run_views import RunViews
 from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
+from acc.runtime.optim import move_optimizer_state
+from acc.runtime.arguments import note_once
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
@@ -44,7 +47,7 @@ if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):
 _UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<not given>", "__bool__": lambda self: False})()
 
 
-class Accelerator(CollectivesMixin):
+class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods, TrackingMethods):
     """Runs one training loop on whichever backend the launch (or `ACC_BACKEND`, or a config file) chose.
 
     Arguments given here override the launch settings (a warning says so when they contradict a value
@@ -84,43 +87,22 @@ class Accelerator(CollectivesMixin):
         semantics: str | None = None,
         plugin_manager: pluggy.PluginManager | None = None,
     ):
-        _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
-                            parallelism_config=parallelism_config)
-        if deepspeed_plugin is not None and deepspeed_plugins is not None:
-            raise ValueError("give either deepspeed_plugin or deepspeed_plugins, not both")
-        if dynamo_plugin is not None and dynamo_backend is not None:
-            raise ValueError("give either dynamo_backend or dynamo_plugin, not both")
-        if isinstance(deepspeed_plugins, dict):
-            if len(deepspeed_plugins) != 1:
-                raise AccError(f"Accelerator(deepspeed_plugins=...): acc runs one DeepSpeed configuration per run, got "
-                               f"{len(deepspeed_plugins)} ({', '.join(deepspeed_plugins)})")
-            deepspeed_plugins = next(iter(deepspeed_plugins.values()))
-        self.dynamo_plugin = dynamo_plugin
         if split_batches is not _UNSET:
             warnings.warn(f"Accelerator(split_batches={split_batches!r}) is ignored, as Accelerate 1.15 ignores it; "
                           "to split batches pass dataloader_config=DataLoaderConfiguration(split_batches=True)",
                           stacklevel=2)
-        if gradient_accumulation_plugin is not None:
-            if gradient_accumulation_steps not in (None, 1):
-                raise ValueError("give either gradient_accumulation_steps or gradient_accumulation_plugin, not both "
-                                 f"(got {gradient_accumulation_steps} and {gradient_accumulation_plugin})")
-            gradient_accumulation_steps = gradient_accumulation_plugin.num_steps
-        self.gradient_accumulation_plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
-        self.dataloader_config = dataloader_config or DataLoaderConfiguration()
-        code = {
-            "semantics": semantics,
-            "mixed_precision": mixed_precision,
-            "gradient_accumulation_steps": gradient_accumulation_steps,
-            "cpu": cpu,
-            "scheduler_stepping": None if step_scheduler_with_optimizer in (None, True) else "every_call",
-            "dynamo_backend": _dynamo_backend(dynamo_backend, dynamo_plugin),
-            **_dataloader_config_settings(self.dataloader_config),
-        }
-        handlers = list(kwargs_handlers or [])
-        _check_handlers(handlers)
-        if dynamo_plugin is not None:  # torch.compile's options, for the kernel and backends (ctx.handler)
-            handlers.append(dynamo_plugin)
-        backend_plugins = [p for p in (deepspeed_plugin or deepspeed_plugins, fsdp_plugin) if p is not None]
+        args = read_arguments(
+            mixed_precision=mixed_precision, gradient_accumulation_steps=gradient_accumulation_steps, cpu=cpu,
+            dataloader_config=dataloader_config, deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin,
+            torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
+            gradient_accumulation_plugin=gradient_accumulation_plugin,
+            step_scheduler_with_optimizer=step_scheduler_with_optimizer, kwargs_handlers=kwargs_handlers,
+            dynamo_backend=dynamo_backend, dynamo_plugin=dynamo_plugin, deepspeed_plugins=deepspeed_plugins,
+            parallelism_config=parallelism_config, semantics=semantics)
+        self.dynamo_plugin = dynamo_plugin
+        self.gradient_accumulation_plugin = args.gradient_accumulation_plugin
+        self.dataloader_config = args.dataloader_config
+        code, handlers, backend_plugins = args.code, args.handlers, args.backend_plugins
         self._runtime = Runtime(code, handlers, plugin_manager, backend_plugins=backend_plugins)
         self._runtime.accelerator = weakref.ref(self)
         self._assembly: Assembly = self._runtime.assembly
@@ -155,7 +137,7 @@ class Accelerator(CollectivesMixin):
         if info.native_precision:
             return Precision(mode, info.device, native=True)
         if mode == "fp16" and info.device.type == "cpu" and not self.settings["fp16_on_cpu"]:
-            _note_once("fp16-cpu", "mixed_precision='fp16' on the CPU trains in float32 here, as Accelerate does (no "
+            note_once("fp16-cpu", "mixed_precision='fp16' on the CPU trains in float32 here, as Accelerate does (no "
                        "autocast, no gradient scaler); use 'bf16', or set fp16_on_cpu = true (--fp16-on-cpu) for "
                        "float16 autocast with a gradient scaler on the CPU", self.is_local_main_process)
             return Precision("no", info.device)
@@ -175,66 +157,6 @@ class Accelerator(CollectivesMixin):
 
     # ------------------------------------------------------------------ facts
     @property
-    def project_dir(self) -> str | None:
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        return self.project_configuration.logging_dir
-
-    @property
-    def save_iteration(self) -> int:
-        return self.project_configuration.iteration
-
-    @property
-    def run_dir(self) -> str | None:
-        """The launch's run directory (its manifest.json), when started by `acc launch`."""
-        import os
-
-        return os.environ.get("ACC_RUN_DIR")
-
-    @property
-    def settings(self) -> Any:
-        return self.ctx.settings
-
-    @property
-    def backend(self) -> str:
-        return self.ctx.backend
-
-    @property
-    def device(self) -> torch.device:
-        return self.ctx.device
-
-    @property
-    def num_processes(self) -> int:
-        return self.ctx.num_processes
-
-    @property
-    def process_index(self) -> int:
-        return self.ctx.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.ctx.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.local_process_index == 0
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    @property
-    def distributed_type(self) -> DistributedType | str:
-        """Accelerate's DistributedType of this run, as the backend declares it (e.g. MULTI_CPU, FSDP)."""
-        return self._runtime.distributed_type
-
-    @property
     def state(self) -> Any:
         """`AcceleratorState`: a view of this run (`logger.info(accelerator.state)` prints it)."""
         from acc.state import AcceleratorState
@@ -247,10 +169,6 @@ class Accelerator(CollectivesMixin):
         from acc.state import GradientState
 
         return GradientState()
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.num_processes > 1
 
     @property
     def mixed_precision(self) -> str:
@@ -266,69 +184,6 @@ class Accelerator(CollectivesMixin):
     def native_amp(self, value: bool) -> None:
         self._precision.enabled = bool(value)
 
-    @property
-    def split_batches(self) -> bool:
-        return self.dataloader_config.split_batches
-
-    @property
-    def dispatch_batches(self) -> bool | None:
-        return self.dataloader_config.dispatch_batches
-
-    @property
-    def even_batches(self) -> bool:
-        return self._even_batches
-
-    @even_batches.setter
-    def even_batches(self, value: bool) -> None:
-        self._even_batches = bool(value)
-
-    @property
-    def use_seedable_sampler(self) -> bool:
-        return self.settings["use_seedable_sampler"]
-
-    @property
-    def use_stateful_dataloader(self) -> bool:
-        return self.settings["resume_data_position"]
-
-    @property
-    def non_blocking(self) -> bool:
-        return self.dataloader_config.non_blocking
-
-    @property
-    def step_scheduler_with_optimizer(self) -> bool:
-        return self.settings["scheduler_stepping"] != "every_call"
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return self.settings["gradient_accumulation_steps"]
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, value: int) -> None:
-        value = self._assembly.registry["gradient_accumulation_steps"].convert(value)
-        self.ctx.settings = self.ctx.settings.override("gradient_accumulation_steps", value,
-                                                       "code accelerator.gradient_accumulation_steps = ...")
-
-    @property
-    def sync_gradients(self) -> bool:
-        return self.ctx.loop.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.ctx.loop.sync_gradients = bool(value)
-
-    @property
-    def step(self) -> int:
-        """Micro-steps (`accumulate` calls) since the end of the last pass over the data, as in Accelerate."""
-        return self.ctx.loop.micro_step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.ctx.loop.micro_step = int(value)
-
-    @property
-    def applied_steps(self) -> int:
-        """Optimizer steps applied so far (a step the fp16 scaler skipped does not count): acc's counter."""
-        return self.ctx.loop.step
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -401,7 +256,7 @@ class Accelerator(CollectivesMixin):
                 self._models.append(m)
             for i, old, new in zip(opt_idx, raw_opts, wrapped_opts):
                 if placement[i]:
-                    _move_optimizer_state(new, self.device)
+                    move_optimizer_state(new, self.device)
                 result[i] = AcceleratedOptimizer(new, self._step_function(new), self.ctx.loop)
                 self._optimizers.append(result[i])
                 self._prepared_for[id(old)] = result[i]  # a scheduler built on the user's optimizer finds it
@@ -472,7 +327,7 @@ class Accelerator(CollectivesMixin):
         """A loader that skips the first `num_batches` batches (for the epoch being resumed), as Accelerate's."""
         inner = getattr(dataloader, "_prepared", dataloader)
         if self.settings["resume_data_position"] and getattr(inner, "_resume", None) is not None and num_batches:
-            _note_once("double-skip", f"load_state already continues this loader after batch {inner._resume[0]} "
+            note_once("double-skip", f"load_state already continues this loader after batch {inner._resume[0]} "
                        f"(resume_data_position = true); skip_first_batches({num_batches}) skips {num_batches} "
                        "more. Drop one of the two.", self.is_main_process)
         return _skip_first_batches(dataloader, num_batches)
@@ -590,154 +445,6 @@ class Accelerator(CollectivesMixin):
             return True
         return False
 
-    # ------------------------------------------------------------------ process control
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        """The main process runs the block first (e.g. to download or preprocess), then the others."""
-        with self._first(self.is_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def local_main_process_first(self) -> Iterator[None]:
-        with self._first(self.is_local_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def _first(self, leader: bool) -> Iterator[None]:
-        if not leader:
-            self.wait_for_everyone()
-        yield
-        if leader:
-            self.wait_for_everyone()
-
-    def on_main_process(self, function: Callable | None = None) -> Callable:
-        """Decorator: run `function` on the main process only (returns None elsewhere)."""
-        return only_on(function, lambda: self.is_main_process)
-
-    def on_local_main_process(self, function: Callable | None = None) -> Callable:
-        """Decorator: run `function` on each machine's local main process only."""
-        return only_on(function, lambda: self.is_local_main_process)
-
-    def on_last_process(self, function: Callable) -> Callable:
-        """Decorator: run `function` on the last process only."""
-        return only_on(function, lambda: self.is_last_process)
-
-    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
-        """Decorator: run `function` on the process with global index `process_index` only."""
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        return only_on(function, lambda: self.process_index == process_index)
-
-    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
-        """Decorator: run `function` on the process with local index `local_process_index` only."""
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return only_on(function, lambda: self.local_process_index == local_process_index)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """`print` on the local main process only."""
-        if self.is_local_main_process:
-            print(*args, **kwargs)
-
-    # ------------------------------------------------------------------ experiment tracking
-    def _trackers(self) -> Any:
-        if self._tracking is None:
-            from acc.tracking import Trackers
-
-            self._tracking = Trackers(self._log_with, self)
-        return self._tracking
-
-    @property
-    def trackers(self) -> list:
-        """The trackers this process logs to (none on processes that do not log)."""
-        return self._trackers().trackers if (self._tracking or self._log_with is not None) else []
-
-    @property
-    def log_with(self) -> list:
-        return self._trackers().log_with if (self._tracking or self._log_with is not None) else []
-
-    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
-        """Start a run in every chosen tracker (on the processes that log), with the hyper-parameters `config`."""
-        self._trackers().init(project_name, config=config, init_kwargs=init_kwargs)
-
-    def log(self, values: dict, step: int | None = None, log_kwargs: dict | None = None) -> None:
-        """Log scalar `values` at `step` to every tracker."""
-        self._trackers().log(values, step=step, log_kwargs=log_kwargs)
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker called `name` (with `unwrap`, its library's own run object)."""
-        return self._trackers().get(name, unwrap=unwrap)
-
-    # ------------------------------------------------------------------ checkpoints (saving.py's Checkpointer)
-    @property
-    def project_configuration(self) -> ProjectConfiguration:
-        return self._checkpointer.project_configuration
-
-    @project_configuration.setter
-    def project_configuration(self, config: ProjectConfiguration) -> None:
-        self._checkpointer.project_configuration = config
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Save and restore these objects with the state (each needs state_dict and load_state_dict)."""
-        self._prepared.register(*objects)
-
-    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
-        """Call `hook(models, weights, output_dir)` in `save_state` before anything is written; a hook that saves
-        a model itself removes its entry from `weights`, and acc then does not write that model. Returns a handle
-        whose `remove()` unregisters the hook."""
-        return self._checkpointer.register_save_state_pre_hook(hook)
-
-    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
-        """Call `hook(models, input_dir)` in `load_state` before anything is read; a hook that loads a model itself
-        removes it from `models`, and acc then does not load that model."""
-        return self._checkpointer.register_load_state_pre_hook(hook)
-
-    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
-                   **save_model_func_kwargs: Any) -> Path:
-        """Write everything needed to resume into `output_dir` (or the next automatic name), on every process;
-        the directory appears only once complete. Returns it (saving.py: what is written, and how)."""
-        return self._checkpointer.save_state(output_dir, safe_serialization, **save_model_func_kwargs)
-
-    def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict | None = None,
-                   strict: bool = True, **load_model_func_kwargs: Any) -> Path:
-        """Restore what `save_state` wrote; with no directory, the newest complete automatic checkpoint whose
-        files verify (saving.py: what is restored; data positions only with resume_data_position)."""
-        return self._checkpointer.load_state(input_dir, load_kwargs, strict, **load_model_func_kwargs)
-
-    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """The model's full state dict (gathered from shards where needed), complete on the main process."""
-        return self._checkpointer.get_state_dict(model, unwrap)
-
-    def save_model(self, model: Any, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
-                   safe_serialization: bool = True) -> None:
-        """Write the unwrapped model's weights as safetensors (sharded with an index file when large)."""
-        self._checkpointer.save_model(model, save_directory, max_shard_size, safe_serialization)
-
-    def save(self, obj: Any, path: str | os.PathLike) -> None:
-        """torch.save on the main process only (other processes return at once)."""
-        self._checkpointer.save(obj, path)
-
-    # the registry under Accelerate's private names, which some scripts read
-    @property
-    def _models(self) -> list[Any]:
-        return self._prepared.models
-
-    @property
-    def _optimizers(self) -> list[AcceleratedOptimizer]:
-        return self._prepared.optimizers
-
-    @property
-    def _schedulers(self) -> list[AcceleratedScheduler]:
-        return self._prepared.schedulers
-
-    @property
-    def _dataloaders(self) -> list[PreparedDataLoader]:
-        return self._prepared.dataloaders
-
-    @property
-    def _custom_objects(self) -> list[Any]:
-        return self._prepared.custom_objects
-
     # ------------------------------------------------------------------ memory, profiling, uneven inputs
     def free_memory(self, *objects: Any) -> list:
         """Drop the references this Accelerator holds (models, optimizers, schedulers, loaders), reset `step`,
@@ -832,7 +539,6 @@ class Accelerator(CollectivesMixin):
 
     @property
     def _token(self) -> str:
-        import os
 
         return f"{os.getpid()}:{id(self)}"
 
@@ -857,71 +563,11 @@ def _live_accelerator(token: str) -> Accelerator:
     return found
 
 
-def _dynamo_backend(backend: Any, plugin: Any) -> str | None:
-    """The dynamo_backend setting an Accelerator(dynamo_backend=...) or TorchDynamoPlugin asks for (None: not given)."""
-    value = getattr(plugin, "backend", None) if plugin is not None else backend
-    if value is None:
-        return None
-    return str(getattr(value, "value", value)).lower()
-
-
 def _mark_prepared(obj: Any) -> None:
     try:
         obj._is_accelerate_prepared = True
     except (AttributeError, TypeError):
         pass
-
-
-def _dataloader_config_settings(config: DataLoaderConfiguration) -> dict[str, Any]:
-    """The settings a DataLoaderConfiguration sets (its fields left at their defaults set nothing)."""
-    return {
-        "use_seedable_sampler": True if config.use_seedable_sampler else None,
-        "data_seed": config.data_seed,
-        "resume_data_position": True if config.use_stateful_dataloader else None,
-    }
-
-
-def _check_handlers(handlers: list) -> None:
-    from acc.contract.kwargs import KwargsHandler
-
-    seen: set[type] = set()
-    for handler in handlers:
-        if not isinstance(handler, KwargsHandler):
-            raise TypeError(f"kwargs_handlers: {handler!r} is not a kwargs handler (e.g. DistributedDataParallelKwargs,"
-                            " GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs)")
-        if type(handler) in seen:
-            raise ValueError(f"kwargs_handlers: only one {type(handler).__name__} may be given")
-        seen.add(type(handler))
-
-
-def _refuse_unsupported(**arguments: Any) -> None:
-    """Arguments acc does not take yet: an error that names them (never silently ignored)."""
-    given = [name for name, value in arguments.items() if value is not None]
-    if given:
-        raise AccError(f"Accelerator({', '.join(f'{n}=...' for n in given)}): not supported by acc yet; acc "
-                       "configures backends through launch settings (acc launch --backend fsdp|deepspeed and their "
-                       "flags, or acc.toml)")
-
-
-_NOTED: set[str] = set()
-
-
-def _note_once(key: str, message: str, show: bool) -> None:
-    """One line on one process, once per process (for differences a user should know about)."""
-    if key in _NOTED:
-        return
-    _NOTED.add(key)
-    if show:
-        import sys
-
-        print(f"acc: {message}", file=sys.stderr)
-
-
-def _move_optimizer_state(optimizer: Any, device: Any) -> None:
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if isinstance(value, torch.Tensor) and value.device != device and key != "step":
-                state[key] = value.to(device)
 
 
 __all__ = ["Accelerator"]

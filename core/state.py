@@ -9,11 +9,11 @@ and the free collectives of `acc.utils` work there.
 from __future__ import annotations
 
 import contextlib
-import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from acc.runtime import worker as _runtime
 from acc.contract.enums import DistributedType
+from acc.runtime.process_views import ProcessViews
 
 
 def is_initialized() -> bool:
@@ -21,7 +21,7 @@ def is_initialized() -> bool:
     return _runtime.current() is not None
 
 
-class PartialState:
+class PartialState(ProcessViews):
     """The process's place in the run: device, indices, the process group. Every instance sees the same run."""
 
     def __init__(self, cpu: bool = False, **kwargs: Any):
@@ -63,22 +63,6 @@ class PartialState:
         return self._run.ctx.process.process_group_backend
 
     @property
-    def use_distributed(self) -> bool:
-        return self.num_processes > 1
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.local_process_index == 0
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    @property
     def debug(self) -> bool:
         return False
 
@@ -90,48 +74,6 @@ class PartialState:
         """This process's contiguous share of a list, tuple, tensor, `datasets.Dataset` or dict of them."""
         with self._run.split_between_processes(inputs, apply_padding=apply_padding) as part:
             yield part
-
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        with self._first(self.is_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def local_main_process_first(self) -> Iterator[None]:
-        with self._first(self.is_local_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def _first(self, leader: bool) -> Iterator[None]:
-        if not leader:
-            self.wait_for_everyone()
-        yield
-        if leader:
-            self.wait_for_everyone()
-
-    def on_main_process(self, function: Callable | None = None) -> Callable:
-        return only_on(function, lambda: self.is_main_process)
-
-    def on_local_main_process(self, function: Callable | None = None) -> Callable:
-        return only_on(function, lambda: self.is_local_main_process)
-
-    def on_last_process(self, function: Callable) -> Callable:
-        return only_on(function, lambda: self.is_last_process)
-
-    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        return only_on(function, lambda: self.process_index == process_index)
-
-    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return only_on(function, lambda: self.local_process_index == local_process_index)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """`print` on the local main process only."""
-        if self.is_local_main_process:
-            print(*args, **kwargs)
 
     @property
     def default_device(self) -> Any:
@@ -285,18 +227,6 @@ class GradientState:
     def __repr__(self) -> str:
         return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: {self.end_of_dataloader}\n"
                 f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self.plugin_kwargs}\n")
-
-
-def only_on(function: Callable | None, here: Callable[[], bool]) -> Callable:
-    """`function` wrapped to run only where `here()` holds (None elsewhere); without it, the decorator."""
-    if function is None:
-        return lambda f: only_on(f, here)
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs) if here() else None
-
-    return wrapper
 
 
 __all__ = ["AcceleratorState", "DistributedType", "GradientState", "PartialState", "is_initialized"]

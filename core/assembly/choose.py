@@ -129,3 +129,13 @@ def _cluster(flags: Mapping[str, Any], environ: Mapping[str, str], files: list[C
 
     plugins = resolve(_core_registry(), flags, environ, files)["plugins"]
     return detect_cluster(environ, blocked=split_plugin_specs(plugins)[1])
+
+
+def detected_config() -> tuple[dict[str, Any], str]:
+    """What `acc config default` writes: the backend and processes per machine detection finds on this machine
+    (the top-level keys of the file), and the one line that says why."""
+    found = assemble(detect=True)
+    top: dict[str, Any] = {"backend": found.settings["backend"]}
+    if found.settings["nproc"] != 1:
+        top["nproc"] = found.settings["nproc"]
+    return top, found.detection_line

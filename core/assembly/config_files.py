@@ -213,15 +213,3 @@ def dump(top: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]], header
 
 
 CONFIG_HEADER = "written by `acc config`; `acc config show` prints what it resolves to"
-
-
-def detected_config() -> tuple[dict[str, Any], str]:
-    """What `acc config default` writes: the backend and processes per machine detection finds on this machine
-    (the top-level keys of the file), and the one line that says why."""
-    from acc.assembly.choose import assemble
-
-    found = assemble(detect=True)
-    top: dict[str, Any] = {"backend": found.settings["backend"]}
-    if found.settings["nproc"] != 1:
-        top["nproc"] = found.settings["nproc"]
-    return top, found.detection_line

@@ -9,6 +9,7 @@ import click
 
 from acc.contract.version import __version__
 from acc.errors import AccError
+from acc.cli.ending import FAST_EXIT
 
 
 class AccGroup(click.Group):
@@ -64,28 +65,10 @@ def _register_commands() -> None:
 _register_commands()
 
 
-# Set by the console entry point only (not by click's test runner): commands that ran workers may then end
-# the launcher with os._exit, skipping the interpreter's teardown of torch (about 0.3 s here).
-FAST_EXIT = {"on": False}
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     FAST_EXIT["on"] = True
     cli.main(args=argv, prog_name="acc")
-
-
-def finish(code: int) -> None:
-    """End a command that ran workers: at once from the console (output flushed), normally under a test runner."""
-    if FAST_EXIT["on"]:
-        import logging
-        import os
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-        os._exit(code)
-    raise click.exceptions.Exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -328,7 +328,7 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
         env["ACC_RUN_DIR"] = str(run_dir.resolve())
     env.update(orchestrate.logging_environment(assembly, run_dir))
     code = orchestrate.execute(plan, target, env)
-    from acc.cli import finish
+    from acc.cli.ending import finish
 
     finish(code)
 

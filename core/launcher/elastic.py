@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from acc.contract.launch_plan import LaunchPlan, Target
+from acc.launcher.processes import children
 
 LOG_DIR_ENV = "ACC_LOG_DIR"
 TEE_ENV = "ACC_TEE"
@@ -71,26 +72,13 @@ def _forward_sigusr1() -> None:
     """`kill -USR1 <launcher>` makes every worker print its Python stacks (faulthandler in each worker)."""
 
     def forward(signum: int, frame: Any) -> None:
-        for pid in _children(os.getpid()):
+        for pid in children(os.getpid()):
             try:
                 os.kill(pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
 
     signal.signal(signal.SIGUSR1, forward)
-
-
-def _children(parent: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry.name))
-    return found
 
 
 def execute(plan: LaunchPlan, target: Target, env: Mapping[str, str], replace: bool = True) -> int:

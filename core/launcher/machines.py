@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from acc.contract.launch_plan import LaunchPlan
+from acc.launcher.processes import children, descendants
 
 PREFIX = "acc-launch/"
 HEARTBEAT = 0.5  # seconds between two heartbeats of a launcher
@@ -212,10 +213,9 @@ class Machines:
         """Report, stop every process this launcher started (SIGTERM, then SIGKILL) and exit 1."""
         import sys
 
-        from acc.launcher.elastic import _children
 
         print(f"acc launch: {self.lost}; the workers on this machine were stopped", file=sys.stderr, flush=True)
-        pending = _descendants(os.getpid(), _children)
+        pending = descendants(os.getpid(), children)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in pending:
                 try:
@@ -328,10 +328,3 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _descendants(root: int, children: Any) -> list[int]:
-    found, todo = [], [root]
-    while todo:
-        for child in children(todo.pop()):
-            found.append(child)
-            todo.append(child)
-    return found

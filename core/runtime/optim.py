@@ -161,3 +161,10 @@ class AcceleratedScheduler:
 
     def __repr__(self) -> str:
         return f"AcceleratedScheduler({self.scheduler!r})"
+
+
+def move_optimizer_state(optimizer: Any, device: Any) -> None:
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.device != device and key != "step":
+                state[key] = value.to(device)

@@ -99,7 +99,7 @@ def hyperparameters(values: Mapping, tracker: str, json_like: bool = False, say:
 
 
 def _say(message: str) -> None:
-    from acc.tracking import say
+    from acc.tracking.base import say
 
     say(message)
 

@@ -1,0 +1,116 @@
+"""The run as an `Accelerator` shows it: the settings, the process facts, the data-loading choices and the loop's
+counters (Accelerate's property names), each read from the run context when asked, never copied.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from acc.contract.enums import DistributedType
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+class RunViews:
+    """Mixed into `acc.accelerator.Accelerator`, which sets `ctx` (the run context), `_runtime`, `_assembly`,
+    `dataloader_config` and `_even_batches`."""
+
+    ctx: Any
+    _runtime: Any
+    _assembly: Any
+    dataloader_config: Any
+    _even_batches: bool
+
+    @property
+    def settings(self) -> Any:
+        return self.ctx.settings
+
+    @property
+    def backend(self) -> str:
+        return self.ctx.backend
+
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
+
+    @property
+    def num_processes(self) -> int:
+        return self.ctx.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.ctx.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.ctx.local_process_index
+
+    @property
+    def distributed_type(self) -> DistributedType | str:
+        """Accelerate's DistributedType of this run, as the backend declares it (e.g. MULTI_CPU, FSDP)."""
+        return self._runtime.distributed_type
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self._even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self._even_batches = bool(value)
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.settings["use_seedable_sampler"]
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.settings["resume_data_position"]
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def step_scheduler_with_optimizer(self) -> bool:
+        return self.settings["scheduler_stepping"] != "every_call"
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.settings["gradient_accumulation_steps"]
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        value = self._assembly.registry["gradient_accumulation_steps"].convert(value)
+        self.ctx.settings = self.ctx.settings.override("gradient_accumulation_steps", value,
+                                                       "code accelerator.gradient_accumulation_steps = ...")
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.ctx.loop.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.ctx.loop.sync_gradients = bool(value)
+
+    @property
+    def step(self) -> int:
+        """Micro-steps (`accumulate` calls) since the end of the last pass over the data, as in Accelerate."""
+        return self.ctx.loop.micro_step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.ctx.loop.micro_step = int(value)
+
+    @property
+    def applied_steps(self) -> int:
+        """Optimizer steps applied so far (a step the fp16 scaler skipped does not count): acc's counter."""
+        return self.ctx.loop.step
