@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from common import ACC, MEASURED, WORKLOADS, Result, alternate, bench_line, env_for_bench
+
 from acc.assembly.plugins import installed_backends
 
 # label -> (launch flags, workload flags). Every launch (contender and its ddp baseline alike) runs with

@@ -16,6 +16,7 @@ worker_memory release) when it ran earlier in the same run, else one sharded_ste
 from __future__ import annotations
 
 from common import ACC, MEASURED, WORKLOADS, Result, bench_line, env_for_bench
+
 from acc.assembly.plugins import installed_backends
 
 CONTENDERS = {"ddp": ["--backend", "ddp"], "fsdp": ["--backend", "fsdp", "--fsdp-wrap", "min_params=1000000"],

@@ -1,6 +1,9 @@
 """acc: one PyTorch training loop on CPU, GPUs (DDP), FSDP, DeepSpeed, XLA and MPS.
 
 Importing `acc` is cheap and torch-free; `Accelerator` and friends import torch when first touched.
+
+Imports the contract (the names re-exported here), `acc.logging` and `acc.compat` (the lazy names, acc 0.1's
+module paths); everything else is a lazy name.
 """
 
 from __future__ import annotations
@@ -8,16 +11,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from acc.compat import lazy_names, legacy_paths
-from acc.contract.version import __version__
-from acc.errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
+from acc.contract.context import ProcessInfo, RunContext
 from acc.contract.enums import DistributedType
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
-from acc.contract.kwargs import (AutocastKwargs, DataLoaderConfiguration, DistributedDataParallelKwargs, GradientAccumulationPlugin,
-                     GradScalerKwargs, InitProcessGroupKwargs)
+from acc.contract.kwargs import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
 from acc.contract.launch_plan import LaunchPlan, Rendezvous
-from acc.logging import get_logger
-from acc.contract.context import ProcessInfo, RunContext
 from acc.contract.settings import Setting
+from acc.contract.version import __version__
+from acc.errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
+from acc.logging import get_logger
 
 _LAZY = {
     "Accelerator": ("acc.accelerator", "Accelerator"),

@@ -11,34 +11,31 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+import weakref
 from typing import Any, Callable, Iterator
 
 import pluggy
 import torch
 
-import weakref
-
 from acc.assembly.choose import Assembly
+from acc.checkpointing.checkpointer import Checkpointer
+from acc.checkpointing.facade import CheckpointingMethods
 from acc.checkpointing.files import ProjectConfiguration
+from acc.contract.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
+from acc.errors import AccError
+from acc.runtime.arguments import note_once, read_arguments
 from acc.runtime.collectives import CollectivesMixin
 from acc.runtime.data.loader import DataSettings, PreparedDataLoader
 from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
-from acc.errors import AccError
-from acc.contract.kwargs import AutocastKwargs, DataLoaderConfiguration, GradientAccumulationPlugin, GradScalerKwargs
-from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler
-from acc.runtime.precision import BackendStepper, Precision, check_supported
-from acc.runtime.worker import Runtime
-from acc.runtime.prepared import PreparedObjects
-from acc.checkpointing.checkpointer import Checkpointer
-from acc.checkpointing.facade import CheckpointingMethods
-from acc.tracking.facade import TrackingMethods
 from acc.runtime.init_module import check_empty_init, check_meta_models, has_meta
-from acc.runtime.arguments import read_arguments
+from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler, move_optimizer_state
+from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
+from acc.runtime.precision import BackendStepper, Precision, check_supported
+from acc.runtime.prepared import PreparedObjects
 from acc.runtime.process_views import ProcessViews
 from acc.runtime.run_views import RunViews
-from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
-from acc.runtime.optim import move_optimizer_state
-from acc.runtime.arguments import note_once
+from acc.runtime.worker import Runtime
+from acc.tracking.facade import TrackingMethods
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler,)
 if hasattr(torch.optim.lr_scheduler, "ReduceLROnPlateau"):

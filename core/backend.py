@@ -24,22 +24,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from acc.assembly.hardware import (
+    OVERRIDE_ENV,
+    PCI_DEVICES,
+    is_apple_silicon,
+    overridden,
+    tpu_devices,
+    visible_cuda_devices,
+)
+from acc.assembly.plugins import module_available
 from acc.contract.capabilities import COMPILE_MODELS, STATE_MODELS, SYNC_MODELS, Capabilities
 from acc.contract.communicator import COLLECTIVES, REDUCE_OPS, Communicator, LocalCommunicator
-from acc.runtime.communicators import TorchDistributed
 from acc.contract.context import LoopState, ProcessInfo, RunContext
 from acc.contract.detection import Detection
 from acc.contract.enums import DistributedType
-from acc.errors import AccError, CheckpointError, ConfigError, ValidationError
-from acc.assembly.hardware import OVERRIDE_ENV, PCI_DEVICES, is_apple_silicon, overridden, tpu_devices, visible_cuda_devices
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
-from acc.contract.kwargs import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
-                     KwargsHandler)
+from acc.contract.kwargs import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+)
 from acc.contract.launch_plan import LaunchPlan, Rendezvous
-from acc.launcher.plans import elastic_plan
-from acc.assembly.plugins import module_available
 from acc.contract.settings import ResolvedSettings, Setting
 from acc.contract.sharded_build import ShardedBuild, dim0_split, flat_split
+from acc.errors import AccError, CheckpointError, ConfigError, ValidationError
+from acc.launcher.plans import elastic_plan
+from acc.runtime.communicators import TorchDistributed
 from acc.runtime.placeholders import DummyOptim, DummyScheduler, scheduler_for
 
 # name -> (module under acc, attribute): imported (with torch) when first touched
@@ -72,12 +84,18 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from acc.checkpointing.files import load_object, load_tensors, save_object, save_tensors, verify
-    from acc.runtime.compiling import compile_units
-    from acc.runtime.distributed import (choose_device, destroy_process_group, init_process_group, launcher_facts,
-                              p2p_all_gather_into, p2p_reduce_scatter_sum)
-    from acc.runtime.ops import apply
     from acc.checkpointing.pieces import ShardedReader, model_prefix, save_pieces
+    from acc.runtime.compiling import compile_units
+    from acc.runtime.distributed import (
+        choose_device,
+        destroy_process_group,
+        init_process_group,
+        launcher_facts,
+        p2p_all_gather_into,
+        p2p_reduce_scatter_sum,
+    )
     from acc.runtime.init_module import MetaBuild
+    from acc.runtime.ops import apply
 
 
 def __getattr__(name: str) -> Any:

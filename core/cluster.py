@@ -20,13 +20,20 @@ from acc.compat import lazy_names
 from acc.contract.cluster import CLUSTER_GROUP, ClusterEnvironment, ClusterError
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
 
-
 _LAZY = {**{name: ("acc.assembly.clusters", name) for name in (
     "check", "cluster_manager", "contradictions", "detect", "installed_clusters", "kernel_problems", "setting_values")},
     "task_plan": ("acc.launcher.plans", "task_plan")}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from acc.assembly.clusters import check, cluster_manager, contradictions, detect, installed_clusters, kernel_problems, setting_values
+    from acc.assembly.clusters import (
+        check,
+        cluster_manager,
+        contradictions,
+        detect,
+        installed_clusters,
+        kernel_problems,
+        setting_values,
+    )
     from acc.launcher.plans import task_plan
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from acc.runtime import worker as _runtime
 from acc.contract.enums import DistributedType
+from acc.runtime import worker as _runtime
 from acc.runtime.process_views import ProcessViews
 
 

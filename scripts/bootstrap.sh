@@ -31,7 +31,7 @@ done
 # what the examples use (scikit-learn's bundled digits, tqdm progress bars); the linters of scripts/lint.sh, pinned
 # (a new release may find new things: upgrading them is a change of its own)
 quiet "${pip[@]}" "${editables[@]}" pytest pytest-timeout hypothesis pyyaml nbclient ipykernel numpy safetensors \
-  scikit-learn tqdm "ruff==0.17.6" "mypy==2.4.1"
+  scikit-learn tqdm "ruff==0.17.6" "mypy==2.4.1" "import-linter==2.16"
 "$venv/bin/python" -c "import torch, acc; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$want" > "$stamp"
 echo "bootstrap: ready ($("$venv/bin/acc" --version))"

@@ -5,9 +5,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from checkpoint_common import build, first_step, time_against_torch  # noqa: E402
-
 from accelerate import Accelerator  # noqa: E402
+from checkpoint_common import build, first_step, time_against_torch  # noqa: E402
 
 
 def main() -> None:

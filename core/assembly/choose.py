@@ -28,10 +28,10 @@ import pluggy
 from acc.assembly.clusters import ClusterEnvironment, setting_values
 from acc.assembly.clusters import check as check_cluster
 from acc.assembly.config_files import ConfigFile, find_config_files
-from acc.errors import ConfigError, PluginNotFoundError
 from acc.assembly.plugins import PluginInfo, build_plugin_manager, collect_settings
-from acc.contract.settings import CORE_OWNER, ResolvedSettings, SettingsRegistry
 from acc.assembly.settings import core_settings, resolve
+from acc.contract.settings import CORE_OWNER, ResolvedSettings, SettingsRegistry
+from acc.errors import ConfigError, PluginNotFoundError
 
 
 @dataclass

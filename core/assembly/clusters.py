@@ -13,8 +13,8 @@ import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from acc.errors import ConfigError, PluginError, PluginLoadError, ValidationError
 from acc.contract.cluster import CLUSTER_GROUP, ClusterEnvironment, ClusterError
+from acc.errors import ConfigError, PluginError, PluginLoadError, ValidationError
 
 if TYPE_CHECKING:
     from acc.assembly.plugins import PluginInfo

@@ -30,8 +30,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from acc.errors import ConfigError, did_you_mean
 from acc.contract.settings import CORE_OWNER, Setting, SettingsRegistry
+from acc.errors import ConfigError, did_you_mean
 
 PROJECT_FILE = "acc.toml"
 

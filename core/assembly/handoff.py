@@ -17,7 +17,7 @@ manager from the same settings. A script started without `acc launch` (plain `py
 from __future__ import annotations
 
 import os
-from typing import MutableMapping, Mapping
+from typing import Mapping, MutableMapping
 
 import pluggy
 

@@ -16,10 +16,10 @@ from typing import Any, Iterable
 import importlib_metadata
 import pluggy
 
-from acc.contract import hookspecs
-from acc.errors import PluginConflictError, PluginError, PluginLoadError, PluginNotFoundError, did_you_mean
-from acc.contract.settings import CORE_OWNER, SettingsRegistry
 from acc.assembly.settings import core_settings
+from acc.contract import hookspecs
+from acc.contract.settings import CORE_OWNER, SettingsRegistry
+from acc.errors import PluginConflictError, PluginError, PluginLoadError, PluginNotFoundError, did_you_mean
 
 BACKEND_GROUP = "acc.backends"
 PLUGIN_GROUP = "acc.plugins"

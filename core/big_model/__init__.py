@@ -17,10 +17,23 @@ recurse=True)` removes them, `remove_hooks(model)` removes only these. `cpu_offl
 whole model to the execution device at its forward (diffusers' model CPU offload).
 
 `acc.big_modeling` is this module under Accelerate's name.
+
+Imports the worker runtime (`acc.runtime`), the checkpoint files (`acc.checkpointing`) and the contract;
+`acc.hooks` and `acc.big_modeling` are Accelerate's faces over it, and `acc.utils.modeling` hands on its names.
 """
 
 from __future__ import annotations
 
+from acc.big_model.dispatch import (
+    cpu_offload,
+    cpu_offload_with_hook,
+    disk_offload,
+    dispatch_model,
+    load_checkpoint_and_dispatch,
+    load_checkpoint_in_model,
+    remove_hooks,
+)
+from acc.big_model.files import read_safetensors_index
 from acc.big_model.module_hooks import (
     AlignDevicesHook,
     CpuOffload,
@@ -34,17 +47,6 @@ from acc.big_model.module_hooks import (
     remove_hook_from_module,
     remove_hook_from_submodules,
 )
-from acc.big_model.dispatch import (
-    cpu_offload,
-    cpu_offload_with_hook,
-    disk_offload,
-    dispatch_model,
-    load_checkpoint_and_dispatch,
-    load_checkpoint_in_model,
-    remove_hooks,
-)
-from acc.runtime.empty_weights import init_empty_weights, init_on_device
-from acc.big_model.files import read_safetensors_index
 from acc.big_model.planner import (
     DeviceMap,
     DeviceMapError,
@@ -54,6 +56,7 @@ from acc.big_model.planner import (
     infer_auto_device_map,
 )
 from acc.big_model.sizes import compute_module_sizes, largest_unit, parse_memory
+from acc.runtime.empty_weights import init_empty_weights, init_on_device
 
 __all__ = [
     "AlignDevicesHook", "CpuOffload", "ModelHook", "SequentialHook", "UserCpuOffloadHook", "add_hook_to_module",

@@ -9,14 +9,27 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from acc.errors import CheckpointError
-from acc.errors import AccError
-from acc.big_model.module_hooks import (CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, _default_device, _remove_one,
-                     add_hook_to_module, send_to_device)
 from acc.big_model.files import OffloadFolder, TensorRecord, open_checkpoint
-from acc.big_model.planner import (DeviceMapError, check_device_map, execution_device, get_balanced_memory,
-                      infer_auto_device_map, lookup)
+from acc.big_model.module_hooks import (
+    CpuOffload,
+    ModelHook,
+    SequentialHook,
+    UserCpuOffloadHook,
+    _default_device,
+    _remove_one,
+    add_hook_to_module,
+    send_to_device,
+)
+from acc.big_model.planner import (
+    DeviceMapError,
+    check_device_map,
+    execution_device,
+    get_balanced_memory,
+    infer_auto_device_map,
+    lookup,
+)
 from acc.big_model.sizes import ModelTensors, _as_dtype
+from acc.errors import AccError, CheckpointError
 
 _OFFLOADED = "_acc_offloaded"  # model.__dict__: canonical tensor name -> where an offloaded tensor is kept
 _HOOKS = "_acc_hooks"  # model.__dict__: the (module, hook) pairs dispatch_model attached
@@ -151,8 +164,8 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | Path, device_ma
 
 def _builds_of(model: nn.Module) -> dict[int, Any]:
     """The parameters of `model` built under `accelerator.init_module()` by a sharding backend, with their build."""
-    from acc.runtime.worker import current
     from acc.runtime.init_module import owner_of
+    from acc.runtime.worker import current
 
     runtime = current()
     builds = getattr(runtime, "builds", None) or []

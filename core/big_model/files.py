@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from acc.checkpointing.confine import inside
 from acc.checkpointing.files import MANIFEST, read_manifest, verify
 from acc.errors import CheckpointError
-from acc.checkpointing.confine import inside
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,

@@ -10,9 +10,19 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from acc.big_model.sizes import (
+    ModelTensors,
+    _as_dtype,
+    _prefixes,
+    atomic_units,
+    compute_module_sizes,
+    format_bytes,
+    is_atomic,
+    no_split_names,
+    parse_memory,
+    split_units,
+)
 from acc.errors import AccError, did_you_mean
-from acc.big_model.sizes import (ModelTensors, _as_dtype, _prefixes, atomic_units, compute_module_sizes, format_bytes, is_atomic,
-                    no_split_names, parse_memory, split_units)
 
 Device = Any  # an int (GPU index), "mps", "cpu" or "disk"
 PLACES = ("an int GPU index (0, 1, ...)", "'cuda:N'", "'mps'", "'cpu'", "'disk'")

@@ -12,7 +12,6 @@ from torch import nn
 
 from acc.runtime.devices import clear_device_cache, vendor_device
 
-
 _EXACT_KINDS = ("torch.uint", "torch.int", "torch.bool")  # dtypes a dtype change never applies to
 
 

@@ -13,10 +13,10 @@ from typing import Any
 from acc.assembly import hardware
 from acc.contract.capabilities import Capabilities
 from acc.contract.context import ProcessInfo, RunContext
-from acc.errors import AccError
 from acc.contract.hookspecs import HOOKSPEC_VERSION, hookimpl
 from acc.contract.launch_plan import LaunchPlan
 from acc.contract.settings import ResolvedSettings
+from acc.errors import AccError
 
 ACC_HOOKSPEC_VERSION = HOOKSPEC_VERSION
 ACC_REQUIRES = ("torch",)
@@ -209,8 +209,8 @@ def acc_merge_weights(directory: Any, manifest: dict, index: int, out: Any) -> l
     from safetensors import safe_open
 
     from acc.checkpointing.files import save_tensors, verify
-    from acc.errors import CheckpointError
     from acc.checkpointing.pieces import META_KEY, ShardedReader, model_prefix
+    from acc.errors import CheckpointError
 
     pieces = []
     for name in sorted(manifest["files"]):

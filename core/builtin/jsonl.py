@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from acc.tracking.values import Unstorable, hyperparameters, scalar, split_values
 from acc.tracking import GeneralTracker, on_main_process
+from acc.tracking.values import Unstorable, hyperparameters, scalar, split_values
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _NUMBERS = frozenset((int, float))

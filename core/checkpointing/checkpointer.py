@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from acc.assembly import manifest as run_manifest
 from acc.checkpointing import files as ckpt
 from acc.checkpointing import hashed_io
-from acc.assembly import manifest as run_manifest
 from acc.checkpointing.files import ProjectConfiguration
 from acc.errors import CheckpointError
 from acc.runtime.prepared import PreparedObjects

@@ -1,4 +1,9 @@
-"""The `acc` command line. Torch-free: commands import torch only when they run something that needs it."""
+"""The `acc` command line (click): `acc launch`, `acc check`, `acc config`, `acc env`, `acc plugins`, `acc migrate`,
+`acc estimate-memory`, `acc merge-weights`, `acc new-backend`, `acc plot`.
+
+The top layer: it may import every package below it, and nothing imports it. Torch-free: commands import torch
+only when they run something that needs it (`acc --help`, `acc plugins`, `acc launch --dry-run` never do).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,9 @@ from typing import Any
 
 import click
 
+from acc.cli.ending import FAST_EXIT, finish  # noqa: F401  (finish: acc.cli's name before cli/ending.py)
 from acc.contract.version import __version__
 from acc.errors import AccError
-from acc.cli.ending import FAST_EXIT
 
 
 class AccGroup(click.Group):

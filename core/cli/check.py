@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from acc.contract.launch_plan import Target
 from acc.cli.launch import LaunchCommand, resolved_assembly
+from acc.contract.launch_plan import Target
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xla", "xpu", "hpu", "npu")
 

@@ -15,10 +15,8 @@ from typing import Any
 
 import click
 
-from acc.assembly.choose import assemble
-from acc.assembly.config_files import PROJECT_FILE, dump, user_config_path
-from acc.assembly.choose import detected_config
-from acc.assembly.config_files import CONFIG_HEADER
+from acc.assembly.choose import assemble, detected_config
+from acc.assembly.config_files import CONFIG_HEADER, PROJECT_FILE, dump, user_config_path
 from acc.contract.settings import Setting
 
 CORE_QUESTIONS = ("nproc", "mixed_precision", "num_machines")

@@ -8,7 +8,6 @@ import sys
 
 import click
 
-
 # Set by the console entry point only (not by click's test runner): commands that ran workers may then end
 # the launcher with os._exit, skipping the interpreter's teardown of torch (about 0.3 s here).
 FAST_EXIT = {"on": False}

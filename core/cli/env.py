@@ -14,11 +14,11 @@ from pathlib import Path
 
 import click
 
-from acc.contract.version import __version__
-from acc.errors import AccError
 from acc.assembly.hardware import visible_cuda_devices
 from acc.assembly.plugins import installed_backends, installed_plugins
 from acc.assembly.redact import redact_value
+from acc.contract.version import __version__
+from acc.errors import AccError
 
 
 def _ram() -> str:

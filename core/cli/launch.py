@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 import click
 
 from acc.assembly.choose import Assembly, assemble
-from acc.errors import ConfigError, LaunchError, PluginNotFoundError
 from acc.contract.launch_plan import Target
 from acc.contract.settings import Setting, SettingsRegistry
+from acc.errors import ConfigError, LaunchError, PluginNotFoundError
 
 if TYPE_CHECKING:
     from acc.compat.accelerate_launch import LaunchTranslation
@@ -182,11 +182,11 @@ def _processes(translation: LaunchTranslation, config_file: str | None, peeked: 
     total over all machines; --multi_gpu/--use_fsdp/--use_deepspeed without a process count run one process
     per visible GPU, as `accelerate launch` does.
     """
-    from acc.compat import accelerate_launch
     from acc.assembly.choose import _cluster, _core_registry
     from acc.assembly.clusters import setting_values
     from acc.assembly.config_files import find_config_files
     from acc.assembly.settings import resolve
+    from acc.compat import accelerate_launch
 
     registry = _core_registry()
     flags: dict[str, Any] = {}

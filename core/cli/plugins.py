@@ -6,11 +6,16 @@ import json
 
 import click
 
-from acc.errors import AccError
 from acc.assembly.plugins import (
-    BUILTIN_BACKEND, PluginInfo, implemented_hooks, installed_backends, installed_plugins, module_available,
+    BUILTIN_BACKEND,
+    PluginInfo,
+    implemented_hooks,
+    installed_backends,
+    installed_plugins,
+    module_available,
     plugin_requires,
 )
+from acc.errors import AccError
 
 
 def _describe(info: PluginInfo) -> dict:
@@ -85,9 +90,8 @@ def _mark_active(rows: list[dict]) -> None:
 def plugins(as_json: bool) -> None:
     """List installed backends (entry points 'acc.backends'), plugins ('acc.plugins'), cluster environments
     ('acc.clusters') and trackers ('acc.trackers')."""
-    from acc.tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
-
     from acc.assembly.clusters import CLUSTER_GROUP, installed_clusters
+    from acc.tracking import BUILTIN_TRACKER, TRACKER_GROUP, installed_trackers
 
     rows = [_describe(i) for i in installed_backends().values()] + [_describe(i) for i in installed_plugins().values()]
     clusters = [_describe(i) for i in installed_clusters().values()]

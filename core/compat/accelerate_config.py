@@ -7,15 +7,25 @@ a file is read. Torch-free.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from acc.compat.accelerate_launch import DYNAMO, FP8, MEGATRON, PARALLELISM, SAGEMAKER, TPU_POD, fsdp_settings
+from acc.compat.accelerate_launch import (
+    DYNAMO,
+    FLAGS,
+    FP8,
+    FSDP_KEYS,
+    MEGATRON,
+    MULTI_MACHINE,
+    PARALLELISM,
+    SAGEMAKER,
+    TPU_POD,
+    as_bool,
+    fsdp_settings,
+    per_machine,
+)
 from acc.errors import ConfigError, did_you_mean
-from acc.compat.accelerate_launch import FLAGS, FSDP_KEYS, MULTI_MACHINE, as_bool, per_machine
-
 
 # distributed_type -> (backend, cpu); None: not offered
 _DISTRIBUTED = {

@@ -19,7 +19,8 @@ from typing import Any
 
 # old path -> (where its names live now, {name: module} for names that live elsewhere, what to import instead)
 MOVED: dict[str, tuple[str | None, dict[str, str], str]] = {
-    "acc.settings": ("acc.contract.settings", {}, "acc.backend"),
+    "acc.settings": ("acc.contract.settings", {"core_settings": "acc.assembly.settings", "resolve": "acc.assembly.settings",
+                                               "loop_semantics_settings": "acc.assembly.settings"}, "acc.backend"),
     "acc.communicator": ("acc.contract.communicator", {"TorchDistributed": "acc.runtime.communicators",
                                                         "HookCommunicator": "acc.runtime.communicators"}, "acc.backend"),
     "acc.distributed": ("acc.runtime.distributed", {}, "acc.backend"),
@@ -47,8 +48,7 @@ class MovedModule(types.ModuleType):
         value = getattr(importlib.import_module(module), attr)
         warnings.warn(f"{self.__name__}.{attr} is acc 0.1's path (it lives in {module} now); a backend imports only "
                       f"{instead}, whose __all__ lists what it may use", DeprecationWarning, stacklevel=2)
-        setattr(self, attr, value)
-        return value
+        return value  # not cached: each use says where the name lives now
 
 
 def install() -> None:

@@ -18,11 +18,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
-from acc.compat.migrate_scan import (KINDS, ROOTS, Checker, Hit, MigrateError, Scan, Use, acc_module_candidates,
-                                     acc_module_name, decode_source, display_name, guarded_by, parse_source, read_source,
-                                     root_module, scan_file, scan_source)
 
-
+from acc.compat.migrate_scan import (
+    KINDS,
+    ROOTS,
+    Checker,
+    Hit,
+    MigrateError,
+    Scan,
+    Use,
+    acc_module_candidates,
+    acc_module_name,
+    decode_source,
+    display_name,
+    guarded_by,
+    parse_source,
+    read_source,
+    root_module,
+    scan_file,
+    scan_source,
+)
 
 # ------------------------------------------------------------------------------------------------- scanning
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-
 KINDS = ("import", "attribute", "keyword", "method_keyword")
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
 from acc.contract.enums import DynamoBackend
-from acc.errors import AccError
 from acc.contract.kwargs import KwargsHandler
+from acc.errors import AccError
 
 
 def _given(value: Any) -> bool:

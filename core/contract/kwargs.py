@@ -34,7 +34,7 @@ class DistributedDataParallelKwargs(KwargsHandler):
     # PowerSGD, `comm_state_option` the PowerSGDState arguments (e.g. matrix_approximation_rank)
     comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
     comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
-    comm_state_option: dict = field(default_factory=dict)
+    comm_state_option: dict[str, Any] = field(default_factory=dict)
 
     def to_kwargs(self) -> dict[str, Any]:
         """The DDP constructor arguments that differ from their defaults (the comm_* fields are not among them)."""
@@ -60,7 +60,7 @@ class DistributedDataParallelKwargs(KwargsHandler):
         }
         if wrapper_type is not DDPCommunicationHookType.NO and wrapper_type not in wrappers:
             raise ValueError(f"comm_wrapper={wrapper_type.value!r}: use 'no', 'fp16' or 'bf16'")
-        hook = hooks[hook_type]
+        hook: Any = hooks[hook_type]
         if wrapper_type in wrappers:
             hook = wrappers[wrapper_type](hook)
         power_sgd = hook_type in (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCHED_POWER_SGD)

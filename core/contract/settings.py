@@ -199,7 +199,7 @@ class ScopedRegistry:
 class ResolvedSettings(Mapping[str, Any]):
     """Typed setting values with the source of each (`'flag --nproc'`, `'env ACC_NPROC'`, `'default'`...)."""
 
-    values: dict[str, Any]
+    values: dict[str, Any]  # type: ignore[assignment]  # acc 0.1's field: the dict of values (Mapping.values() is not offered)
     sources: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:

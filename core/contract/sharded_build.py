@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -26,7 +26,7 @@ class ShardedBuild:
 
     materializes_meta = False
 
-    def context(self) -> contextlib.AbstractContextManager:
+    def context(self) -> contextlib.AbstractContextManager[Any]:
         """The context the script's model construction runs in."""
         raise NotImplementedError
 

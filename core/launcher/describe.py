@@ -27,9 +27,9 @@ def settings_lines(assembly: Assembly) -> list[str]:
 
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
+    from acc.assembly.redact import redact_shell
     from acc.launcher import preflight
     from acc.launcher.orchestrate import capabilities as orchestrate_capabilities
-    from acc.assembly.redact import redact_shell
     from acc.tracking import describe_setting
 
     s = assembly.settings

@@ -16,9 +16,8 @@ import sys
 import threading
 from typing import Any, Callable
 
-from acc.runtime.tracebacks import print_exception
 from acc.launcher.worker_memory import apply_threshold
-
+from acc.runtime.tracebacks import print_exception
 
 PID_FILE = "pid"
 

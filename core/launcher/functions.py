@@ -26,8 +26,8 @@ import sys
 import threading
 from typing import Any, Callable, Mapping
 
-from acc.errors import AccError, ConfigError, LaunchError, did_you_mean
 from acc.contract.launch_plan import Target
+from acc.errors import AccError, ConfigError, LaunchError, did_you_mean
 
 __all__ = ["WorkerFailedError", "debug_launcher", "launch", "notebook_launcher"]
 
@@ -337,8 +337,7 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from acc.launcher import elastic
-    from acc.launcher import fork
+    from acc.launcher import elastic, fork
 
     method, why = _start_method(env.get(elastic.START_METHOD_ENV, "auto"), plan.max_restarts, fn, args, caller)
     from acc.launcher import worker_memory

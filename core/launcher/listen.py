@@ -28,8 +28,8 @@ import sys
 from dataclasses import replace
 from typing import Any, Mapping
 
-from acc.errors import LaunchError
 from acc.contract.launch_plan import LaunchPlan
+from acc.errors import LaunchError
 
 LOOPBACK = "127.0.0.1"
 EVERY_INTERFACE = ("0.0.0.0", "::", "*")

@@ -9,7 +9,6 @@ import re
 import sys
 from typing import Any, Mapping
 
-
 _CUDA_LINE = re.compile(r"\.cuda\(|\.to\(\s*['\"]cuda|device\s*=\s*['\"]cuda|['\"]cuda:\d|"
                         r"torch\.cuda\.(init|set_device|synchronize|empty_cache|current_device|get_device_name|"
                         r"get_device_properties|mem_get_info|memory_allocated|FloatTensor|Stream|Event)\b")

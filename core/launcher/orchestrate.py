@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Mapping
 
 from acc.assembly import clusters as cluster
-from acc.assembly.choose import Assembly
 from acc.assembly import handoff
-from acc.contract.capabilities import Capabilities
-from acc.errors import LaunchError, ValidationError
+from acc.assembly.choose import Assembly
 from acc.assembly.plugins import declared_capabilities, module_available, plugin_requires
+from acc.contract.capabilities import Capabilities
 from acc.contract.launch_plan import ENGINES, LaunchPlan, Target
+from acc.errors import LaunchError, ValidationError
 from acc.launcher.plans import task_plan
 
 # engine -> module whose `execute(plan, target, env) -> int` runs it

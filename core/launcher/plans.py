@@ -13,8 +13,6 @@ from acc.contract.launch_plan import DEFAULT_PORT, LaunchPlan, Rendezvous
 from acc.errors import LaunchError
 
 
-
-
 def elastic_plan(settings: Mapping[str, Any], device: str, notes: list[str] | None = None) -> LaunchPlan:
     """The plan every backend that starts workers through torch's elastic agent returns (ddp, fsdp, ...).
 

@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from acc.errors import LaunchError
 from acc.contract.launch_plan import LaunchPlan
+from acc.errors import LaunchError
 
 ATTEMPT = 3.0  # seconds one connection attempt may take
 PAUSE = 0.5  # seconds between two attempts

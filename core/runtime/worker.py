@@ -13,17 +13,17 @@ from typing import Any, Mapping
 
 import pluggy
 
-from acc.runtime import lifecycle
 from acc.assembly.choose import Assembly
 from acc.assembly.handoff import assemble_worker
-from acc.runtime.collectives import CollectivesMixin
+from acc.assembly.plugins import BackendHooks, plugin_version
 from acc.contract.communicator import COLLECTIVES, LocalCommunicator, missing_collectives
-from acc.runtime.communicators import HookCommunicator
 from acc.contract.context import RunContext
 from acc.contract.enums import DistributedType, as_distributed_type
-from acc.errors import AccError
 from acc.contract.kwargs import InitProcessGroupKwargs
-from acc.assembly.plugins import BackendHooks, plugin_version
+from acc.errors import AccError
+from acc.runtime import lifecycle
+from acc.runtime.collectives import CollectivesMixin
+from acc.runtime.communicators import HookCommunicator
 
 _CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
 

@@ -16,6 +16,9 @@ ini value, or ACC_TEST_FLAGS).
 Fixtures for the author's own tests: `acc_backend` (the name), `acc_pm` (a fresh plugin manager with the builtin
 cpu backend and this backend), `acc_launch` (run a script or module under N real processes with
 `acc launch --backend NAME --nproc N`).
+
+The kit sits below the CLI: it imports the faces (`acc.accelerator`), the assembly and the launcher, never the
+CLI; `check_job` is the job `acc check` runs.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from acc.runtime import lifecycle
 from acc.accelerator import Accelerator
+from acc.runtime import lifecycle
 from acc.runtime.seeding import set_seed
 
 STEPS, BATCH, SAMPLES, EVAL_SAMPLES, EVAL_BATCH = 4, 4, 96, 83, 5

@@ -17,6 +17,9 @@ The code lives in this package's modules: `base` (the tracker base class and `on
 author subclasses), `values` (what a tracker can store), `registry` (discovery, `log_with` choices, Accelerate's
 `LOGGER_TYPE_TO_CLASS`) and `run` (`Trackers`, one per Accelerator); this module hands their names on, so a tracker
 plugin imports `acc.tracking` and nothing else of acc.
+
+The package imports the assembly (plugin discovery), the runtime (the process's place in the run) and the
+contract; trackers import it, and the builtin `jsonl` tracker is found as theirs are.
 """
 
 from __future__ import annotations
@@ -24,9 +27,18 @@ from __future__ import annotations
 from typing import Any
 
 from acc.tracking.base import GeneralTracker, TrackerError, on_main_process, say
-from acc.tracking.registry import (BUILTIN_TRACKER, LOGGER_TYPE_TO_CLASS, TRACKER_GROUP, describe_setting,
-                                   filter_trackers, get_available_trackers, installed_trackers, load_tracker_class,
-                                   register_tracker_class, tracker_install_hint)
+from acc.tracking.registry import (
+    BUILTIN_TRACKER,
+    LOGGER_TYPE_TO_CLASS,
+    TRACKER_GROUP,
+    describe_setting,
+    filter_trackers,
+    get_available_trackers,
+    installed_trackers,
+    load_tracker_class,
+    register_tracker_class,
+    tracker_install_hint,
+)
 from acc.tracking.run import Trackers
 from acc.tracking.values import NOT_SCALAR, Unstorable, describe, hyperparameters, scalar, split_values
 

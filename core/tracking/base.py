@@ -30,7 +30,7 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def on_main_process(function: Callable) -> Callable:
+def on_main_process(function: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for tracker methods (Accelerate's `accelerate.tracking.on_main_process`): the method runs on the
     main process only when the tracker's `main_process_only` is true, on every process otherwise."""
 
@@ -72,10 +72,10 @@ class GeneralTracker:
     def start(self) -> None:
         """Open the run (called by `init_trackers`, after the process group exists)."""
 
-    def store_init_configuration(self, values: dict) -> None:
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Store `values` (str -> bool, str, int, float or None) as the run's hyper-parameters."""
 
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Log `values` (str -> int, float or str) at `step`."""
 
     def finish(self) -> None:

@@ -74,12 +74,12 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def hyperparameters(values: Mapping, tracker: str, json_like: bool = False, say: Any = None) -> dict:
+def hyperparameters(values: Mapping[str, Any], tracker: str, json_like: bool = False, say: Any = None) -> dict[str, Any]:
     """`values` with every value the tracker cannot store converted, and one line saying which and to what.
 
     A tracker stores int, float, bool and str (one-element tensors and numpy scalars become their number); with
     `json_like` also None, lists and dicts of those. Everything else becomes a string (JSON for containers)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     converted: list[str] = []
     for key, value in values.items():
         key = str(key)
@@ -119,11 +119,11 @@ class Unstorable:
              "left out (said once per name)")
 
 
-def split_values(values: Mapping, unstorable: Unstorable, keep_text: bool = True) -> tuple[dict, dict]:
+def split_values(values: Mapping[str, Any], unstorable: Unstorable, keep_text: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """(numbers, texts) of one `log` call: scalars by name, a dict of scalars flattened to 'name/key', strings
     apart (dropped and said when the tracker does not keep text), anything else said and left out."""
-    numbers: dict = {}
-    texts: dict = {}
+    numbers: dict[str, Any] = {}
+    texts: dict[str, Any] = {}
     for key, value in values.items():
         if type(value) is float or type(value) is int:
             numbers[key] = value

@@ -5,6 +5,8 @@ Accelerate's submodule paths work too (`acc.utils.dataclasses`, `.memory`, `.imp
 `.other`, `.operations`, `.modeling`, `.versions`, `.fsdp_utils`, `.deepspeed`), each name being the same object
 here and there. Importing this package is torch-free; each name imports what it needs when first touched.
 To add a name, add one `_LAZY` entry: name -> (module under `acc`, attribute).
+
+A face: it imports the role packages below it (lazily, name by name), never the CLI.
 """
 
 from __future__ import annotations

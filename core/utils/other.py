@@ -220,9 +220,8 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
     detection finds), plus `mixed_precision` ("no", "fp16" or "bf16"), to `save_location` (default: the
     user file, `~/.config/acc/config.toml`, which `acc launch` reads). An existing file is left alone:
     returns False; otherwise the path written."""
-    from acc.assembly.config_files import dump, user_config_path
     from acc.assembly.choose import detected_config
-    from acc.assembly.config_files import CONFIG_HEADER
+    from acc.assembly.config_files import CONFIG_HEADER, dump, user_config_path
 
     path = Path(save_location) if save_location is not None else user_config_path()
     if path.exists():

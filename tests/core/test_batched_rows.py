@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from acc.runtime.data.tensor_rows import BatchedRows
 from acc.runtime.data.loader import PreparedDataLoader
+from acc.runtime.data.tensor_rows import BatchedRows
 
 
 class Rows(Dataset):

@@ -14,12 +14,21 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from acc.big_model import (DeviceMapError, compute_module_sizes, cpu_offload, disk_offload, dispatch_model,
-                           infer_auto_device_map, init_empty_weights, load_checkpoint_and_dispatch, parse_memory,
-                           read_safetensors_index, remove_hooks)
+from acc.big_model import (
+    DeviceMapError,
+    compute_module_sizes,
+    cpu_offload,
+    disk_offload,
+    dispatch_model,
+    infer_auto_device_map,
+    init_empty_weights,
+    load_checkpoint_and_dispatch,
+    parse_memory,
+    read_safetensors_index,
+    remove_hooks,
+)
 from acc.big_model.planner import lookup
-from acc.errors import CheckpointError
-from acc.errors import AccError
+from acc.errors import AccError, CheckpointError
 from acc.hooks import ModelHook, add_hook_to_module
 from tests.conftest import clean_env
 

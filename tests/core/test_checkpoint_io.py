@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from acc import Accelerator
-from acc.checkpointing import hashed_io
 from acc.checkpointing import files as ckpt
+from acc.checkpointing import hashed_io
 from acc.checkpointing.files import digest
 from acc.errors import CheckpointError
 

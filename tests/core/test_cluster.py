@@ -18,13 +18,13 @@ from click.testing import CliRunner
 
 from acc import cluster
 from acc.assembly.choose import assemble
+from acc.assembly.plugins import new_plugin_manager, register
 from acc.cli import cli
 from acc.cluster import ClusterEnvironment, ClusterError
+from acc.contract.launch_plan import LaunchPlan, Rendezvous
 from acc.errors import LaunchError, PluginError, ValidationError
 from acc.launcher import preflight
-from acc.contract.launch_plan import LaunchPlan, Rendezvous
 from acc.launcher.plans import elastic_plan
-from acc.assembly.plugins import new_plugin_manager, register
 
 # srun -N2 --ntasks-per-node=1, seen from node 1 (the variables the slurm plugin reads)
 SLURM_NODE_1 = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2",

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from acc import AccError, Accelerator, TorchDynamoPlugin
+from acc import Accelerator, AccError, TorchDynamoPlugin
 from acc.contract.capabilities import Capabilities
 from acc.runtime.compiling import compile_units, repeated_blocks
 

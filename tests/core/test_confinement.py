@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from acc import Accelerator
+from acc.checkpointing.confine import problem
 from acc.checkpointing.files import digest
 from acc.errors import CheckpointError
-from acc.checkpointing.confine import problem
 
 IN_OPEN, IN_ACCESS, IN_ISDIR = 0x20, 0x1, 0x40000000
 
@@ -193,8 +193,9 @@ def test_load_checkpoint_and_dispatch_reads_only_shards_inside_the_index_directo
 
 
 def test_a_directory_whose_only_safetensors_file_links_outside_is_refused(tmp_path):
-    from acc.big_modeling import load_checkpoint_and_dispatch
     from safetensors.torch import save_file
+
+    from acc.big_modeling import load_checkpoint_and_dispatch
 
     outside, directory = tmp_path / "outside", tmp_path / "d"
     outside.mkdir()

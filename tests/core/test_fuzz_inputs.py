@@ -21,8 +21,8 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "acc-hypothesis"))  # its caches stay out of the tree
 
-from acc.cli import cli
 from acc.assembly.settings import core_settings
+from acc.cli import cli
 from tests.conftest import ACC, clean_env
 
 FUZZ = settings(max_examples=int(os.environ.get("ACC_FUZZ_EXAMPLES", "60")), deadline=None, database=None,

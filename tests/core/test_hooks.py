@@ -10,11 +10,17 @@ from torch import nn
 import acc
 from acc.big_model import cpu_offload, dispatch_model, remove_hooks
 from acc.hooks import (
-    AlignDevicesHook, CpuOffload, ModelHook, SequentialHook, UserCpuOffloadHook, add_hook_to_module,
-    attach_align_device_hook, attach_align_device_hook_on_blocks, remove_hook_from_module,
+    AlignDevicesHook,
+    CpuOffload,
+    ModelHook,
+    SequentialHook,
+    UserCpuOffloadHook,
+    add_hook_to_module,
+    attach_align_device_hook,
+    attach_align_device_hook_on_blocks,
+    remove_hook_from_module,
     remove_hook_from_submodules,
 )
-
 
 
 class Net(nn.Module):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acc.compat import migrate as m
 from acc.cli import cli
+from acc.compat import migrate as m
 from tests.conftest import ACC, ROOT, run
 
 # Names no version of acc will have, so "missing" stays true while others add Accelerate's real names.

@@ -14,8 +14,7 @@ import acc
 import acc.utils
 import acc.utils.dataclasses
 from acc import AccError
-from acc.compat.plugin_objects import (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ProfileKwargs,
-                                    TorchDynamoPlugin)
+from acc.compat.plugin_objects import DeepSpeedPlugin, FullyShardedDataParallelPlugin, ProfileKwargs, TorchDynamoPlugin
 
 NAMES = ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "TorchDynamoPlugin", "ProfileKwargs")
 

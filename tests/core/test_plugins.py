@@ -8,13 +8,18 @@ import sys
 import pytest
 
 import acc
-from acc.contract import hookspecs
 from acc.assembly.choose import assemble
-from acc.errors import ConfigError, PluginConflictError, PluginLoadError, PluginNotFoundError
 from acc.assembly.plugins import (
-    build_plugin_manager, check_selection, collect_settings, installed_backends, new_plugin_manager, register,
+    build_plugin_manager,
+    check_selection,
+    collect_settings,
+    installed_backends,
+    new_plugin_manager,
+    register,
 )
+from acc.contract import hookspecs
 from acc.contract.settings import Setting
+from acc.errors import ConfigError, PluginConflictError, PluginLoadError, PluginNotFoundError
 
 
 class Backend:

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from acc.assembly.redact import REDACTED, is_secret_name, redact_argv, redact_data, redact_environ, redact_shell, redact_text
+from acc.assembly.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_data,
+    redact_environ,
+    redact_shell,
+    redact_text,
+)
 
 SECRET_NAMES = ["--hf_token", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "hfToken", "WANDB_API_KEY", "wandb.api-key",
                 "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_PASSWORD", "CLEARML_API_SECRET_KEY",
@@ -58,8 +66,9 @@ def test_data_environment_and_shell_lines():
 
 
 def test_the_run_manifest_and_the_dry_run_redact_script_arguments(tmp_path):
-    from acc.cli import cli
     from click.testing import CliRunner
+
+    from acc.cli import cli
 
     script = tmp_path / "t.py"
     script.write_text("print('hi')\n")

@@ -8,9 +8,9 @@ import pytest
 
 from acc.assembly.choose import assemble
 from acc.assembly.config_files import ConfigFile, find_config_files
-from acc.errors import ConfigError, PluginError
-from acc.contract.settings import ResolvedSettings, Setting, SettingsRegistry
 from acc.assembly.settings import core_settings, resolve
+from acc.contract.settings import ResolvedSettings, Setting, SettingsRegistry
+from acc.errors import ConfigError, PluginError
 
 
 def registry() -> SettingsRegistry:

@@ -74,8 +74,8 @@ def test_the_frame_that_raised_stays_even_inside_acc_and_causes_are_trimmed_too(
     monkeypatch.delenv("ACC_DEBUG", raising=False)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
-    from acc.runtime.distributed import launcher_facts
     from acc.errors import AccError
+    from acc.runtime.distributed import launcher_facts
 
     def user():
         try:

@@ -15,10 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from acc.contract.settings import ResolvedSettings
 from acc.builtin.jsonl import find_runs, read_run
-from acc.tracking import (GeneralTracker, LOGGER_TYPE_TO_CLASS, TrackerError, Trackers, filter_trackers,
-                          get_available_trackers, installed_trackers, on_main_process, register_tracker_class)
+from acc.contract.settings import ResolvedSettings
+from acc.tracking import (
+    LOGGER_TYPE_TO_CLASS,
+    GeneralTracker,
+    TrackerError,
+    Trackers,
+    filter_trackers,
+    get_available_trackers,
+    installed_trackers,
+    on_main_process,
+    register_tracker_class,
+)
 from acc.tracking.registry import choose
 
 

@@ -17,7 +17,9 @@ from acc.runtime.seeding import set_seed
 
 def test_the_accelerate_utils_names_are_the_kernels_own_objects():
     from acc.utils import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
-    from acc.utils import ProjectConfiguration as P, send_to_device as s, set_seed as seed
+    from acc.utils import ProjectConfiguration as P
+    from acc.utils import send_to_device as s
+    from acc.utils import set_seed as seed
 
     assert (P, s, seed) == (ProjectConfiguration, send_to_device, set_seed)
     assert (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs) == (

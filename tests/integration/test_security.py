@@ -233,8 +233,9 @@ def _frames(report: str) -> list[str]:
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_a_failure_report_starts_at_the_users_line_without_pluggy_or_acc_frames(tmp_path, start):
-    import acc
     import pluggy
+
+    import acc
 
     acc_dir, pluggy_dir = str(Path(acc.__file__).parent), str(Path(pluggy.__file__).parent)
     cmd = [ACC, "launch", "--backend", "ddp", "--nproc", "2", "-p", "timing", "--start-method", start,

@@ -17,11 +17,11 @@ import argparse
 import contextlib
 
 import torch
+from common import dump
+from layers import local_numel
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import dump
-from layers import local_numel
 import acc
 from acc import Accelerator, set_seed
 from acc.big_model import files

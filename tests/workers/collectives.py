@@ -7,8 +7,8 @@ import argparse
 import time
 
 import torch
-
 from common import dump
+
 from acc import Accelerator
 
 

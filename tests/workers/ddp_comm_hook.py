@@ -7,9 +7,9 @@ left on its replica and the exact mean of the ranks' local gradients (all-reduce
 import argparse
 
 import torch
+from common import dump
 from torch import nn
 
-from common import dump
 from acc import Accelerator
 from acc.utils import DDPCommunicationHookType, DistributedDataParallelKwargs
 

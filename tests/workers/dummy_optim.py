@@ -14,10 +14,10 @@ import json
 import math
 
 import torch
+from common import dump
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import dump
 from acc import Accelerator, DeepSpeedPlugin, set_seed
 from acc.state import AcceleratorState
 from acc.utils import DummyOptim, DummyScheduler

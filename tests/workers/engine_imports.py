@@ -7,8 +7,8 @@ import argparse
 import sys
 
 import torch
-
 from common import dump
+
 from acc import Accelerator
 
 # loaded by torch.compile's decoration, never by an eager step (torch._dynamo itself comes with any optimizer)

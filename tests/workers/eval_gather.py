@@ -7,9 +7,9 @@
 import argparse
 
 import torch
+from common import dump
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from common import dump
 from acc import Accelerator
 
 

@@ -8,10 +8,10 @@ import os
 import pickle
 
 import torch
+from common import dump
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import dump
 from acc import Accelerator, DataLoaderConfiguration, set_seed
 from acc.utils import ProfileKwargs
 

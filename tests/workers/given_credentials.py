@@ -9,8 +9,8 @@ import hashlib
 import os
 
 import torch
-
 from common import dump
+
 from acc import Accelerator, ProjectConfiguration
 
 

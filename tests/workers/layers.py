@@ -7,10 +7,10 @@ Each rank writes losses, its local parameter count, the total count and (with --
 import argparse
 
 import torch
+from common import dump
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import dump
 from acc import Accelerator, TorchDynamoPlugin, set_seed
 
 

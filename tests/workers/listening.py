@@ -9,8 +9,8 @@ import os
 import time
 
 import torch
-
 from common import dump
+
 from acc import Accelerator
 
 

@@ -7,9 +7,9 @@ after each `local_sgd.step()` and after the block.
 import argparse
 
 import torch
+from common import dump
 from torch import nn
 
-from common import dump
 from acc import Accelerator
 from acc.local_sgd import LocalSGD
 

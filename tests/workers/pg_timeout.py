@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
 from common import dump
+
 from acc import Accelerator, InitProcessGroupKwargs
 
 

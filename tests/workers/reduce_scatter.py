@@ -8,8 +8,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-
 from common import dump
+
 from acc import Accelerator
 from acc import backend as sdk
 

@@ -8,10 +8,10 @@ import argparse
 import os
 
 import torch
+from common import dump
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import dump
 from acc import Accelerator, set_seed
 from acc.checkpointing.files import ProjectConfiguration
 

@@ -6,10 +6,10 @@
 import argparse
 
 import torch
+from common import dump
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import dump
 from acc import Accelerator, set_seed
 
 

@@ -27,8 +27,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from acc.runtime import ops
-from acc.runtime.data.tensor_rows import batched_rows
 from acc.runtime.data.samplers import IterableShard, SeedableRandomSampler, ShardedBatchSampler
+from acc.runtime.data.tensor_rows import batched_rows
 
 _LOADER_ARGS = (
     "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",

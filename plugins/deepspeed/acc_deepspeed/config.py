@@ -12,13 +12,12 @@ The `deepspeed_config` setting is a JSON file's path or, when it starts with "{"
 
 from __future__ import annotations
 
-from acc import backend as sdk
-
 import json
 import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from acc import backend as sdk
 
 AUTO = "auto"
 IN_CODE = "the DeepSpeed config given in code"

@@ -44,8 +44,8 @@ def building(ops: tuple[str, ...] = OPS, say: bool = True) -> Iterator[list[Path
 def load_ops(say: bool = True) -> None:
     """Load DeepSpeed's run-time-built CPU op (`deepspeed_shm_comm`) inside `building`; DeepSpeed keeps loaded ops,
     so `init_distributed` takes no lock for it afterwards. Nothing where the accelerator has no such op."""
-    from deepspeed.accelerator import get_accelerator
     import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
 
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):

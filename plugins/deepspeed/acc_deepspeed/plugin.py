@@ -13,10 +13,9 @@ from typing import Any
 
 from acc import backend as sdk
 
-from . import config as ds_config
 from . import collectives as zero_collectives
-from . import master
-from . import muon_import
+from . import config as ds_config
+from . import master, muon_import
 
 ACC_HOOKSPEC_VERSION = 2
 ACC_REQUIRES = ("torch", "deepspeed")
@@ -110,7 +109,6 @@ def acc_env_report(settings: Any) -> dict[str, str]:
 def acc_setup(ctx: sdk.RunContext) -> sdk.ProcessInfo:
     import dataclasses
     import logging
-
     import warnings
 
     info = sdk.init_process_group(ctx, NAME, "auto", distributed_type=sdk.DistributedType.DEEPSPEED)

@@ -7,13 +7,12 @@ platform facts alone, `mps_status()` (the worker's) also asks torch.
 
 from __future__ import annotations
 
-from acc import backend as sdk
-
 import importlib.metadata
 import platform
 import re
 from dataclasses import dataclass, field
 
+from acc import backend as sdk
 
 FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
 BF16_MIN_MACOS = (14, 0)  # bfloat16 arrived in Metal with macOS 14 (Sonoma)

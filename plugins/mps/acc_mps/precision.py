@@ -7,11 +7,10 @@ runs one matmul under autocast on the device and compares the dtype that came ou
 
 from __future__ import annotations
 
-from acc import backend as sdk
-
 import warnings
 from typing import Any
 
+from acc import backend as sdk
 
 from .availability import BF16_MIN_MACOS, MpsStatus, dotted, lacks_bf16
 

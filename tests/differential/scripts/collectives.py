@@ -8,10 +8,9 @@ import json
 import os
 
 import torch
-from torch import nn
-
 from accelerate import Accelerator
 from accelerate.utils import broadcast, broadcast_object_list, gather, gather_object, pad_across_processes, reduce
+from torch import nn
 
 
 def plain(x):

@@ -8,7 +8,6 @@ import json
 import os
 
 import torch
-
 from accelerate import PartialState
 from accelerate.utils import gather_object
 

@@ -7,9 +7,8 @@ for each rank, the lists of indices its BatchSamplerShard yields and its len().
 import json
 import sys
 
-from torch.utils.data import BatchSampler, SequentialSampler
-
 from accelerate.data_loader import BatchSamplerShard
+from torch.utils.data import BatchSampler, SequentialSampler
 
 
 class Varying(BatchSampler):

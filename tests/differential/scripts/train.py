@@ -13,11 +13,10 @@ import math
 import os
 
 import torch
-from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
-
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
 FEATURES, CLASSES = 8, 4
 

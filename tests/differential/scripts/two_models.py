@@ -8,11 +8,10 @@ import json
 import os
 
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 
 def main():

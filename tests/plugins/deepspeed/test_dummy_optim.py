@@ -11,8 +11,8 @@ import torch
 
 from acc import AccError
 from acc.contract.settings import ResolvedSettings
-from acc.utils import DummyOptim, DummyScheduler
 from acc.runtime.placeholders import check_prepare, scheduler_for
+from acc.utils import DummyOptim, DummyScheduler
 from acc_deepspeed.config import describe, fill_optimizer_and_scheduler, read_user_config
 from tests.conftest import ACC, WORKERS, read_rank_results, run
 from tests.plugins.ddp.test_ddp import acc_launch

@@ -15,8 +15,8 @@ import torch
 
 import acc_mps.plugin
 from acc.assembly.choose import assemble
-from acc.contract.context import RunContext
 from acc.assembly.plugins import register
+from acc.contract.context import RunContext
 from acc_mps import availability
 from acc_mps.availability import MpsStatus, dotted
 

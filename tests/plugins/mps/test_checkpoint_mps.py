@@ -11,11 +11,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from acc import Accelerator
-from acc.checkpointing import files as ckpt
 from acc.assembly.choose import assemble
+from acc.checkpointing import files as ckpt
 from acc.contract.context import ProcessInfo, RunContext
 from acc.runtime.ops import leaves
-
 from tests.plugins.mps.conftest import mps_context
 
 

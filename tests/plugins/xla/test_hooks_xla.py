@@ -120,8 +120,8 @@ def test_fp16_is_a_clear_error(monkeypatch):
     import acc.builtin.cpu
     import acc_xla.plugin
     from acc import Accelerator
-    from acc.errors import AccError
     from acc.assembly.plugins import new_plugin_manager, register
+    from acc.errors import AccError
 
     pm = new_plugin_manager()
     register(pm, acc.builtin.cpu, "cpu")

@@ -12,11 +12,10 @@ import pytest
 
 import acc.builtin.cpu
 from acc.assembly.choose import assemble
-from acc.errors import ValidationError
-from acc.launcher import orchestrate
-from acc.launcher import pjrt
-from acc.contract.launch_plan import LaunchPlan, Target
 from acc.assembly.plugins import new_plugin_manager, register
+from acc.contract.launch_plan import LaunchPlan, Target
+from acc.errors import ValidationError
+from acc.launcher import orchestrate, pjrt
 from acc_xla import loader, plugin
 from tests.conftest import clean_env
 
