@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: lint (scripts/lint.sh: ruff, mypy --strict on the backend SDK), the main lane (.venv:
-# torch 2.13, every plugin but xla) and the xla lane (its own venv with torch 2.9 + torch-xla 2.9, cached under
-# ~/.cache/acc). Arguments, if any, go to the main lane's
+# The whole test suite: lint (scripts/lint.sh: ruff, mypy --strict on the contract and the SDKs), the main lane
+# (.venv: torch 2.13, every plugin but xla), the xla lane (its own venv with torch 2.9 + torch-xla 2.9, cached under
+# ~/.cache/acc) and the Accelerate-suite lane (Accelerate 1.15's own tests on acc: scripts/accelerate-suite.sh).
+# Arguments, if any, go to the main lane's
 # pytest only (for a quick run of part of it, without lint); without arguments everything runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,3 +17,5 @@ echo "== lint"
 "$root/.venv/bin/python" -m pytest --durations=30
 echo "== xla lane"
 "$root/scripts/xla-lane.sh"
+echo "== Accelerate's own tests on acc (fails when fewer pass than bench/results/accelerate-suite.json records)"
+"$root/scripts/accelerate-suite.sh" --check

@@ -1,0 +1,180 @@
+"""Accelerate 1.15's own unit tests, run on Accelerate (the baseline) and on acc: how many of the tests that pass on
+Accelerate pass on acc ("N of B"), per file. Run by scripts/accelerate-suite.sh, which builds the two venvs.
+
+The tests come from Accelerate's source distribution (downloaded once into the cache; none of its files are in this
+repository). For the acc run they are rewritten by exactly three rules and nothing else:
+1. `from accelerate` / `import accelerate` at the start of a line (any indentation) become `from acc` / `import acc`;
+2. a string literal starting `accelerate.` on a `patch(...)`, `patch.object(...)` or `patch.dict(...)` line becomes
+   `acc.`;
+3. the command `accelerate` as the first element of an argument list (`["accelerate", "launch", ...]`) becomes `acc`.
+Both runs: pytest with pytest-timeout, offline (HF_HUB_OFFLINE=1), no GPU (CUDA_VISIBLE_DEVICES=), a private
+HF_HOME, from a directory holding only Accelerate's tests/.
+
+    python scripts/accelerate_suite.py --base-python B --acc-python A [--record | --check]
+
+--record writes bench/results/accelerate-suite.{json,md}; --check fails (exit 1) when fewer tests pass on acc than
+the recorded count, naming the recorded ones that no longer pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+VERSION = "1.15.0"
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "bench" / "results" / "accelerate-suite.json"
+TABLE = ROOT / "bench" / "results" / "accelerate-suite.md"
+CACHE = Path(os.environ.get("ACC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "acc")
+
+_IMPORT = re.compile(r"^(\s*)(from|import)(\s+)accelerate\b", re.M)
+_PATCH_LINE = re.compile(r"\bpatch(\.object|\.dict)?\(")
+_PATCH_STRING = re.compile(r"""(["'])accelerate\.""")
+_COMMAND = re.compile(r"""\[(\s*)(["'])accelerate\2(\s*[,\]])""")
+
+
+def rewrite(text: str) -> str:
+    """Accelerate's test source with the three rules applied (see the module docstring)."""
+    text = _IMPORT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}acc", text)
+    lines = []
+    for line in text.split("\n"):
+        if _PATCH_LINE.search(line):
+            line = _PATCH_STRING.sub(lambda m: f"{m.group(1)}acc.", line)
+        lines.append(_COMMAND.sub(lambda m: f"[{m.group(1)}{m.group(2)}acc{m.group(2)}{m.group(3)}", line))
+    return "\n".join(lines)
+
+
+def sdist(python: str) -> Path:
+    """Accelerate's source distribution, downloaded once into the cache."""
+    target = CACHE / f"accelerate-{VERSION}-sdist"
+    archive = target / f"accelerate-{VERSION}.tar.gz"
+    if not archive.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([python, "-m", "pip", "download", "-q", f"accelerate=={VERSION}", "--no-binary", ":all:",
+                               "--no-deps", "-d", str(target)], capture_output=True, text=True)
+        if proc.returncode != 0 or not archive.exists():
+            sys.exit(f"accelerate suite: could not download accelerate=={VERSION}'s source distribution "
+                     f"(is the package registry reachable?):\n{proc.stdout}{proc.stderr}")
+    return archive
+
+
+def unpack_tests(archive: Path, into: Path, transform: bool) -> Path:
+    """Accelerate's tests/ (and only that) under `into`, rewritten for acc when `transform`."""
+    into.mkdir(parents=True)
+    prefix = f"accelerate-{VERSION}/tests/"
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if not member.name.startswith(prefix) or not member.isfile():
+                continue
+            path = into / "tests" / member.name[len(prefix):]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = tar.extractfile(member).read()
+            if transform and path.suffix == ".py":
+                data = rewrite(data.decode()).encode()
+            path.write_bytes(data)
+    return into
+
+
+def run(python: str, where: Path, label: str, timeout: float) -> dict[str, str]:
+    """Run the tests under `where` with `python`: test id -> passed / failed / error / skipped."""
+    report = where / "junit.xml"
+    home = where / "hf_home"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "HF_HOME": str(home),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("ACC_LAUNCH", None)
+    start = time.monotonic()
+    proc = subprocess.run([python, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--timeout", "300",
+                           "-o", "addopts=", f"--junitxml={report}"], cwd=where, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    print(f"accelerate suite: {label}: {proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else '?'} "
+          f"({time.monotonic() - start:.0f} s)", file=sys.stderr)
+    if not report.exists():
+        sys.exit(f"accelerate suite: the {label} run wrote no report:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        test_id = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        outcomes[test_id] = ("error" if "error" in kinds else "failed" if "failure" in kinds else
+                             "skipped" if "skipped" in kinds else "passed")
+    return outcomes
+
+
+def file_of(test_id: str) -> str:
+    module = test_id.split("::")[0]
+    parts = module.split(".")
+    while parts and not parts[-1].startswith("test_"):  # tests.test_cli.AccelerateLauncherTester -> tests.test_cli
+        parts.pop()
+    return "/".join(parts) + ".py" if parts else module
+
+
+def summary(base: dict[str, str], acc: dict[str, str]) -> dict:
+    baseline = sorted(t for t, o in base.items() if o == "passed")
+    passing = sorted(t for t in baseline if acc.get(t) == "passed")
+    per_file: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for t in baseline:
+        per_file[file_of(t)][0] += 1
+    for t in passing:
+        per_file[file_of(t)][1] += 1
+    return {"accelerate": VERSION, "baseline_passed": len(baseline), "acc_passed": len(passing),
+            "per_file": dict(sorted(per_file.items())), "passing": passing}
+
+
+def table(result: dict) -> str:
+    rows = [f"Accelerate {result['accelerate']}'s own tests (rewritten by the three rules of scripts/accelerate_suite.py), "
+            f"run on acc: **{result['acc_passed']} of {result['baseline_passed']}** that pass on Accelerate pass on acc.",
+            "", "| file | pass on Accelerate | of those, pass on acc |", "|---|---|---|"]
+    rows += [f"| {name} | {b} | {p} |" for name, (b, p) in result["per_file"].items()]
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-python", required=True)
+    parser.add_argument("--acc-python", required=True)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--record", action="store_true", help="write bench/results/accelerate-suite.{json,md}")
+    mode.add_argument("--check", action="store_true", help="fail when fewer tests pass than recorded")
+    parser.add_argument("--work", type=Path, default=None, help="working directory (default: a new one in /tmp)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds each run may take")
+    args = parser.parse_args(argv)
+    archive = sdist(args.base_python)
+    import tempfile
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="accelerate-suite-"))
+    shutil.rmtree(work / "accelerate", ignore_errors=True)
+    shutil.rmtree(work / "acc", ignore_errors=True)
+    base = run(args.base_python, unpack_tests(archive, work / "accelerate", transform=False), "accelerate", args.timeout)
+    acc = run(args.acc_python, unpack_tests(archive, work / "acc", transform=True), "acc", args.timeout)
+    result = summary(base, acc)
+    text = table(result)
+    print(text)
+    print(f"{result['acc_passed']} of {result['baseline_passed']}")
+    if args.record:
+        RECORD.write_text(json.dumps({**result, "date": time.strftime("%Y-%m-%d")}, indent=1) + "\n")
+        TABLE.write_text(text)
+    if args.check:
+        recorded = json.loads(RECORD.read_text())
+        lost = sorted(set(recorded["passing"]) - set(result["passing"]))
+        if result["acc_passed"] < recorded["acc_passed"]:
+            print(f"accelerate suite: FAILED: {result['acc_passed']} pass on acc, fewer than the recorded "
+                  f"{recorded['acc_passed']} ({RECORD.relative_to(ROOT)}); no longer passing:\n  " + "\n  ".join(lost),
+                  file=sys.stderr)
+            return 1
+        if lost:
+            print("accelerate suite: recorded as passing, failing now (the count still holds):\n  " + "\n  ".join(lost),
+                  file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
