@@ -1,0 +1,40 @@
+"""The Accelerate-suite lane rewrites Accelerate's tests by exactly its three rules (scripts/accelerate_suite.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from tests.conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("accelerate_suite", ROOT / "scripts" / "accelerate_suite.py")
+suite = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite)
+
+
+def test_imports_at_the_start_of_a_line_become_acc_ones():
+    text = ("from accelerate import Accelerator\nimport accelerate.commands.env as env\n    from accelerate.utils import x\n"
+            "import accelerated_lib\nx = 'from accelerate import y'\n")
+    assert suite.rewrite(text) == ("from acc import Accelerator\nimport acc.commands.env as env\n    from acc.utils import x\n"
+                                   "import accelerated_lib\nx = 'from accelerate import y'\n")
+
+
+def test_patch_targets_are_rewritten_only_on_patch_lines():
+    text = ('@patch("accelerate.commands.env.which", return_value=None)\n'
+            "with patch.object(x, 'accelerate.y'), patch.dict(\"accelerate.z\"):\n"
+            'name = "accelerate.state"\n')
+    assert suite.rewrite(text) == ('@patch("acc.commands.env.which", return_value=None)\n'
+                                   "with patch.object(x, 'acc.y'), patch.dict(\"acc.z\"):\n"
+                                   'name = "accelerate.state"\n')
+
+
+def test_the_command_in_an_argument_list_becomes_acc():
+    text = 'cmd = ["accelerate", "tpu-config"]\nrun(["accelerate"])\nversion("accelerate")\nx = ["accelerate-x"]\n'
+    assert suite.rewrite(text) == 'cmd = ["acc", "tpu-config"]\nrun(["acc"])\nversion("accelerate")\nx = ["accelerate-x"]\n'
+
+
+def test_the_per_file_table_counts_only_tests_that_pass_on_accelerate():
+    base = {"tests.test_a.T::test_1": "passed", "tests.test_a.T::test_2": "passed", "tests.test_b::test_3": "failed"}
+    acc = {"tests.test_a.T::test_1": "passed", "tests.test_a.T::test_2": "failed", "tests.test_b::test_3": "passed"}
+    result = suite.summary(base, acc)
+    assert (result["baseline_passed"], result["acc_passed"]) == (2, 1)
+    assert result["per_file"] == {"tests/test_a.py": [2, 1]}
