@@ -49,7 +49,7 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
 
     Arguments given here override the launch settings (a warning says so when they contradict a value
     that was set explicitly). acc's own keyword arguments: `even_batches` (also in `dataloader_config`),
-    `semantics` ("accelerate" or "acc": see the README's "Coming from Accelerate"), and `plugin_manager`
+    `semantics` ("accelerate" or "acc": see docs/guides/migrating-from-accelerate.md), and `plugin_manager`
     (tests and embedding: a ready pluggy manager).
     """
 

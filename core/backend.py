@@ -104,7 +104,7 @@ def __getattr__(name: str) -> Any:
 
         return lazy_names.resolve(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.backend' has no attribute {name!r}; the SDK's names are listed in "
-                         "acc.backend.__all__ (and docs/backends.md)")
+                         "acc.backend.__all__ (and docs/reference/backend-sdk.md)")
 
 
 def saved_world_size(manifest: dict[str, Any]) -> int | None:

@@ -111,7 +111,7 @@ def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
             f"plugin '{name}' targets hook-spec version 1, deprecated (supported through acc 0.x): set "
             "ACC_HOOKSPEC_VERSION = 2, import from acc.backend only, answer acc_communicator with a Communicator "
             "(acc.backend.TorchDistributed() on torch.distributed) instead of the six collective hooks, and drop "
-            "the True/[value] answers; see docs/backends.md", DeprecationWarning, stacklevel=2)
+            "the True/[value] answers; see docs/guides/writing-a-backend.md", DeprecationWarning, stacklevel=2)
     known = [n for n in dir(hookspecs) if n.startswith("acc_")]
     for attr in dir(plugin):
         if attr.startswith("acc_") and callable(getattr(plugin, attr)) and attr not in known:

@@ -2,7 +2,7 @@
 whose names look like credentials are replaced by REDACTED wherever acc writes or shows them (the run manifest,
 checkpoint manifests, tracker configurations, the dry run, `acc env`). Torch-free.
 
-The rule (documented in the README):
+The rule (documented in docs/security.md, "Credentials are not recorded"):
 
 - **By name.** A name is split into words at every character that is not a letter or digit and at lower-to-upper
   case changes (`--hf_token`, `HF_TOKEN`, `hfToken`, `wandb.api-key` all give ...token / ...key). It looks like a

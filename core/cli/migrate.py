@@ -30,7 +30,8 @@ def migrate(scripts: tuple[str, ...], write: bool, as_json: bool, usage: Path | 
 
     Prints, by line, every Accelerate name a script uses that acc lacks (imports, attributes of the accelerator,
     keyword arguments of Accelerator(...) and of its methods), looked up in the installed acc, and every known
-    behaviour difference its code runs into (README, "What behaves differently").
+    behaviour difference its code runs into (docs/guides/migrating-from-accelerate.md, "What behaves
+    differently").
 
     \b
     Exit status: 0 when no script uses a name acc lacks (differences alone do not fail),

@@ -40,7 +40,7 @@ def _describe(info: PluginInfo) -> dict:
                         "for this acc-core")
     elif version < HOOKSPEC_VERSION:
         row["warning"] = (f"targets hook-spec version {version}, deprecated (still loaded through acc 0.x): port it to "
-                          f"version {HOOKSPEC_VERSION} (docs/backends.md)")
+                          f"version {HOOKSPEC_VERSION} (docs/guides/writing-a-backend.md)")
     return row
 
 

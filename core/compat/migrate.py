@@ -1,9 +1,9 @@
 """`acc migrate`: what a script written for Hugging Face Accelerate needs to run on acc.
 
 The scan and the name check are `acc.compat.migrate_scan`. This module adds the known behaviour differences
-(`DIFFERENCES`, the README's "Coming from Accelerate" / "What behaves differently", reported by pattern; see its
-comment for how to add one), the import rewrite (`--write`), the per-script report, and the coverage of a corpus of
-scripts (`python -m acc.compat.migrate --coverage USAGE.json`).
+(`DIFFERENCES`: docs/guides/migrating-from-accelerate.md, "What behaves differently" and "Exact resume and skipping",
+reported by pattern; see its comment for how to add one), the import rewrite (`--write`), the per-script report, and
+the coverage of a corpus of scripts (`python -m acc.compat.migrate --coverage USAGE.json`).
 
 Importing this module is cheap (standard library only); checking names imports acc's modules, and so torch.
 """
@@ -47,13 +47,14 @@ from acc.compat.migrate_scan import (
 
 # ------------------------------------------------------------------------------------- behaviour differences
 
-# Known behaviour differences, reported where a script's code matches. The README ("Coming from Accelerate" /
-# "What behaves differently", and the checkpoint comment of the quick tour) is the source of truth: every entry
-# quotes it in "readme" (a test checks the quote is still there), and "message" says only what the README says.
+# Known behaviour differences, reported where a script's code matches. The docs page
+# docs/guides/migrating-from-accelerate.md ("What behaves differently", "Exact resume and skipping") is the source of
+# truth: every entry quotes it in "readme" (the key's name is older than the page; tests/core/test_migrate.py checks
+# the quote is still there), and "message" says only what the page says.
 #
 # To add one: append a dict with
 #   id        short name (shown in the report)
-#   readme    a phrase of the README entry it encodes (whitespace is not significant)
+#   readme    a phrase of the docs page's entry it encodes (whitespace is not significant)
 #   match     a list of patterns; the entry is reported on every line one of them matches
 #   requires  (optional) patterns that must each match somewhere in the script
 #   unless    (optional) patterns none of which may match anywhere in the script

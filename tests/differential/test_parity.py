@@ -75,8 +75,9 @@ def test_collectives_return_what_accelerate_returns(nproc, accelerate_python, mi
     reference, got = together(
         lambda: start_accelerate(accelerate_python, "collectives.py", [], nproc, tmp_path / "accelerate", tmp_path),
         lambda: start_acc(script, [], nproc, tmp_path / "acc", tmp_path))
-    # the one deliberate difference (README): gather_object of an object that is not a list. Accelerate 1.15
-    # iterates it (a dict gives its keys, a string its characters); acc keeps each process's object whole
+    # the one deliberate difference (docs/guides/migrating-from-accelerate.md): gather_object of an object that is
+    # not a list. Accelerate 1.15 iterates it (a dict gives its keys, a string its characters); acc keeps each
+    # process's object whole
     if nproc == 2:
         assert reference[0]["gather_object_dict"] == ["rank", "rank"]
         assert got[0]["gather_object_dict"] == [{"rank": 0}, {"rank": 1}]
@@ -142,7 +143,8 @@ def test_inference_with_partial_state_alone(nproc, accelerate_python, migrated_d
     reference, got = together(
         lambda: start_accelerate(accelerate_python, "inference.py", [], nproc, tmp_path / "accelerate", tmp_path),
         lambda: start_acc(script, [], nproc, tmp_path / "acc", tmp_path))
-    for record in reference.values():  # a difference of spelling only (README): Accelerate says cpu:0 there
+    # a difference of spelling only (docs/guides/migrating-from-accelerate.md): Accelerate says cpu:0 there
+    for record in reference.values():
         if nproc == 2:
             assert record["device"] == "cpu:0"
         record["device"] = "cpu"
