@@ -55,5 +55,6 @@ def did_you_mean(given: str, valid: list[str] | tuple[str, ...]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-class CheckpointError(AccError):
-    """A checkpoint (or a file in it) is missing, incomplete, corrupt, foreign or unsafe."""
+class CheckpointError(AccError, RuntimeError):
+    """A checkpoint (or a file in it) is missing, incomplete, corrupt, foreign or unsafe. A RuntimeError too, as
+    torch's `load_state_dict(strict=True)` raises for a checkpoint that does not match its model."""

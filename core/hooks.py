@@ -4,18 +4,18 @@ mechanism acc's big-model dispatch uses too; this module hands its names on.
 """
 
 from acc.big_model.module_hooks import (
-                                        AlignDevicesHook,
-                                        CpuOffload,
-                                        ModelHook,
-                                        PrefixedDataset,
-                                        SequentialHook,
-                                        UserCpuOffloadHook,
-                                        add_hook_to_module,
-                                        attach_align_device_hook,
-                                        attach_align_device_hook_on_blocks,
-                                        attach_execution_device_hook,
-                                        remove_hook_from_module,
-                                        remove_hook_from_submodules,
+    AlignDevicesHook,
+    CpuOffload,
+    ModelHook,
+    PrefixedDataset,
+    SequentialHook,
+    UserCpuOffloadHook,
+    add_hook_to_module,
+    attach_align_device_hook,
+    attach_align_device_hook_on_blocks,
+    attach_execution_device_hook,
+    remove_hook_from_module,
+    remove_hook_from_submodules,
 )
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,6 +30,8 @@ from acc.big_model.planner import (
 )
 from acc.big_model.sizes import ModelTensors, _as_dtype
 from acc.errors import AccError, CheckpointError
+
+logger = logging.getLogger(__name__)
 
 _OFFLOADED = "_acc_offloaded"  # model.__dict__: canonical tensor name -> where an offloaded tensor is kept
 _HOOKS = "_acc_hooks"  # model.__dict__: the (module, hook) pairs dispatch_model attached
@@ -105,10 +107,13 @@ def _check_keys(model: nn.Module, tensors: ModelTensors, records: dict[str, Tens
         if unexpected and (strict or hint):
             problems.append(f"{len(unexpected)} of its tensor(s) are not in the model, e.g. {unexpected[:5]}")
         raise CheckpointError(f"{where} does not match {type(model).__name__}: {'; '.join(problems)}{hint}")
-    if loose or unexpected:
-        warnings.warn(f"{where}: {len(loose)} tensor(s) of the model are not in the checkpoint and keep their "
-                      f"values (e.g. {loose[:3]}); {len(unexpected)} checkpoint tensor(s) are not in the model and are "
-                      f"ignored (e.g. {unexpected[:3]}){hint}; pass strict=True to make this an error", stacklevel=3)
+    if unexpected:  # logged, as Accelerate logs it
+        logger.warning(f"{len(unexpected)} tensor(s) of {where} were not used when initializing "
+                       f"{type(model).__name__}: they are not in the model (e.g. {unexpected[:3]}){hint}; pass "
+                       "strict=True to make this an error")
+    if loose:
+        logger.warning(f"{len(loose)} tensor(s) of {type(model).__name__} are not in {where} and keep their values "
+                       f"(e.g. {loose[:3]}){hint}; pass strict=True to make this an error")
 
 
 def _prefix_hint(missing: list[str], unexpected: list[str]) -> str:
@@ -226,8 +231,10 @@ def _load_parts(model: nn.Module, tensors: ModelTensors, builds: dict[int, Any],
 # acc.hooks ModelHooks (the mechanism of Accelerate's accelerate.hooks), so remove_hook_from_module removes them too
 
 
-class _Materialize(ModelHook):
+class MaterializeHook(ModelHook):
     """Before the forward: put a module's offloaded tensors on the execution device; after: placeholders back."""
+
+    offload = True  # its module's weights live elsewhere between forwards (acc.big_model.offloaded asks)
 
     def __init__(self, slots: list[tuple[nn.Module, str, bool, Source]], device: torch.device):
         self.slots, self.execution_device, self.depth = slots, device, 0
@@ -376,7 +383,7 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
                 owner, attr, is_param = _slot(model, full)
                 slots.append((owner, attr, is_param, store[canonical]))
         if slots:
-            plan.setdefault(prefix, []).append(_Materialize(slots, main))
+            plan.setdefault(prefix, []).append(MaterializeHook(slots, main))
 
     computing = {main if p in ("cpu", "disk") else _device(p) for p in device_map.values()}
     if force_hooks or computing != {torch.device("cpu")}:

@@ -1,5 +1,6 @@
 """Reading tensors one at a time: safetensors headers, checkpoints (file, sharded index, acc checkpoint)
-and the offload folder.
+and the offload folder. Torch checkpoints (`.bin`, `.pt`, `.pth`, as transformers and Accelerate save them) are read
+with torch's restricted unpickler (`weights_only=True`: tensors and plain containers, never code), memory-mapped.
 
 A tensor is read with one positioned read straight into its own buffer. Nothing is memory-mapped
 for longer than that read, because the pages of a mapping count in the process's resident memory
@@ -71,6 +72,46 @@ class TensorRecord:
         return buffer
 
 
+@dataclass(frozen=True)
+class LoadedRecord(TensorRecord):
+    """A tensor of a torch checkpoint, already loaded (memory-mapped by torch.load): read gives a copy."""
+
+    tensor: torch.Tensor | None = None
+
+    def read(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        assert self.tensor is not None
+        return self.tensor.to(device, copy=True)
+
+    def read_range(self, start: int, stop: int) -> torch.Tensor:
+        assert self.tensor is not None
+        return self.tensor.reshape(-1)[start:stop].clone()
+
+
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+
+
+def read_torch_file(path: str | Path) -> dict[str, TensorRecord]:
+    """The tensors of a torch checkpoint file (a state dict saved with torch.save), read with `weights_only=True`."""
+    path = Path(path)
+    try:
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # a file of the legacy (non-zip) format cannot be memory-mapped
+            data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever the unpickler refuses: say what and why
+        raise CheckpointError(f"{path}: not a torch state dict that loads with weights_only=True "
+                              f"({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise CheckpointError(f"{path}: holds a {type(data).__name__}, not a state dict of tensors")
+    return {name: LoadedRecord(str(path), 0, t.numel() * t.element_size(), t.dtype, tuple(t.shape), t)
+            for name, t in data.items()}
+
+
+def read_tensor_file(path: str | Path) -> dict[str, TensorRecord]:
+    """The tensors of one weights file, safetensors or torch by its name."""
+    return read_torch_file(path) if str(path).endswith(TORCH_SUFFIXES) else read_safetensors_index(path)
+
+
 def read_safetensors_index(path: str | Path) -> dict[str, TensorRecord]:
     """The tensors of one safetensors file (name -> record), from its header alone."""
     path = Path(path)
@@ -115,10 +156,12 @@ def open_checkpoint(checkpoint: str | Path) -> dict[str, TensorRecord]:
         raise CheckpointError(f"checkpoint {path} does not exist")
     if path.name.endswith(".json"):
         return _open_index(path)
+    if path.name.endswith(TORCH_SUFFIXES):
+        return read_torch_file(path)
     if not path.name.endswith(".safetensors"):
-        raise CheckpointError(f"{path}: only safetensors checkpoints are loaded (a .safetensors file, a "
-                              f"{INDEX}, or a directory holding them); loading a pickled file could run code "
-                              "from it: convert it to safetensors first")
+        raise CheckpointError(f"{path}: not a checkpoint acc reads: a .safetensors file, a torch state dict (.bin, "
+                              f".pt, .pth), a {INDEX} (or another weight-map index .json), or a directory holding "
+                              "one of them")
     if (path.parent / MANIFEST).is_file():  # a file of an acc checkpoint: check it before trusting it
         manifest = read_manifest(path.parent)
         if path.name in manifest.get("files", {}):
@@ -137,10 +180,11 @@ def _choose_file(directory: Path) -> Path:
                                   "writes another layout); load it with Accelerator.load_state")
         raise CheckpointError(f"{directory}: this acc checkpoint holds {len(models)} models ({', '.join(models)}); "
                               f"pass the one to load, e.g. {directory / models[0]}")
-    for name in (INDEX, "model.safetensors"):
+    for name in (INDEX, "model.safetensors", "pytorch_model.bin.index.json", "pytorch_model.bin"):
         if (directory / name).is_file() or (directory / name).is_symlink():
             return inside(directory, name)
-    candidates = sorted(directory.glob("*.safetensors.index.json")) or sorted(directory.glob("*.safetensors"))
+    candidates = (sorted(directory.glob("*.safetensors.index.json")) or sorted(directory.glob("*.safetensors"))
+                  or sorted(directory.glob("*.index.json")) or sorted(directory.glob("*.bin")))
     if len(candidates) == 1:
         return inside(directory, candidates[0].name)
     found = sorted(p.name for p in directory.iterdir())[:10]
@@ -150,15 +194,17 @@ def _choose_file(directory: Path) -> Path:
 
 def _open_index(path: Path) -> dict[str, TensorRecord]:
     try:
-        weight_map = json.loads(path.read_text())["weight_map"]
-        assert isinstance(weight_map, dict)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
-        raise CheckpointError(f"{path}: not a safetensors index (a JSON object with a 'weight_map'): {exc!r}") from None
+        data = json.loads(path.read_text())
+        weight_map = data.get("weight_map", data)  # transformers' index, or a bare {tensor: file} map
+        assert isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
+        raise CheckpointError(f"{path}: not a weight-map index (a JSON object with a 'weight_map', or of tensor "
+                              f"name -> file): {exc!r}") from None
     shards: dict[str, dict[str, TensorRecord]] = {}
     out = {}
     for name, shard in weight_map.items():
         if shard not in shards:  # a shard is read only when it is a regular file beside the index (no link out)
-            shards[shard] = read_safetensors_index(inside(path.parent, shard, path))
+            shards[shard] = read_tensor_file(inside(path.parent, shard, path))
         if name not in shards[shard]:
             raise CheckpointError(f"{path}: lists '{name}' in {shard}, which does not hold it")
         out[name] = shards[shard][name]

@@ -4,6 +4,7 @@ and the checks a hand-written map must pass."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from typing import Any, Iterable
 
@@ -28,7 +29,7 @@ Device = Any  # an int (GPU index), "mps", "cpu" or "disk"
 PLACES = ("an int GPU index (0, 1, ...)", "'cuda:N'", "'mps'", "'cpu'", "'disk'")
 
 
-class DeviceMapError(AccError):
+class DeviceMapError(AccError, ValueError):
     """A device map or memory budget that cannot work (unknown names, a unit that fits nowhere, ...)."""
 
 
@@ -250,45 +251,34 @@ def infer_auto_device_map(model: nn.Module, max_memory: dict[Any, int | str] | N
                           no_split_module_classes: Iterable[str | type] | None = None,
                           dtype: torch.dtype | str | None = None,
                           special_dtypes: dict[str, torch.dtype] | None = None, verbose: bool = False,
-                          clean_result: bool = True, offload_buffers: bool = False) -> DeviceMap:
-    """Place modules on the GPUs in order, then the CPU, then disk, each within its budget.
+                          clean_result: bool = True, offload_buffers: bool = False,
+                          fallback_allocation: bool = False) -> DeviceMap:
+    """Place the model on the GPUs in order, then the CPU, then disk, each within its budget, the way Accelerate
+    1.15 does (`acc.big_model.auto_map` says how): the same model and budgets give Accelerate's map.
 
-    A module that does not fit where the fill stands is split into its children (and its own
-    tensors), except instances of `no_split_module_classes`, which move whole to the next device.
-    Tied tensors are placed with all their users. When anything is offloaded (off the GPUs, or to
-    disk when the CPU computes), the execution device keeps room for the largest unsplittable unit,
-    which is loaded there to run. Only plans: fake GPU budgets work without CUDA. `offload_buffers`
-    is accepted for Accelerate compatibility (buffers are counted with their modules either way).
+    A module that does not fit where the fill stands is split into its parameters and children, except instances
+    of `no_split_module_classes`, which move whole to the next device. Modules holding tied parameters go together.
+    The first GPU and the CPU keep room for the largest unsplittable layer, which is loaded there to run when
+    offloaded. `offload_buffers`: offloaded modules' buffers are not counted on the GPU (a warning says when they
+    would not fit there); `fallback_allocation`: a device that would stay empty takes the first module that fits.
+    Only plans: fake GPU budgets work without CUDA.
     """
+    from acc.big_model import auto_map
+
     budgets = get_max_memory(max_memory)
-    tensors = ModelTensors.of(model, _as_dtype(dtype), special_dtypes)
-    sizes = compute_module_sizes(model, tensors=tensors)
     no_split = no_split_names(model, no_split_module_classes)
-    planner = _Planner(model, tensors, no_split, verbose)
-    devices = [(d, b) for d, b in budgets.items() if d != "disk"] + [("disk", budgets.get("disk", 2**63))]
-    main = execution_device(d for d, _ in devices)
-    assigned = planner.plan(devices)
-    reserved: dict[Device, tuple[str, int]] = {}
-    offloaded = {d for d in assigned.values() if _order(d) > _order(main)}
-    if offloaded:
-        unit, size = max(((n, sizes.get(n, 0)) for n, _ in atomic_units(model, no_split)), key=lambda c: c[1])
-        if budgets.get(main, 0) < size:
-            kind = f"{type(planner.modules[unit]).__name__}, " if unit in planner.modules else ""
-            where = f"GPU {main}" if isinstance(main, int) else main
-            why = (" (a no-split class)" if unit in planner.modules and type(planner.modules[unit]).__name__ in no_split
-                   else "")
-            raise DeviceMapError(
-                f"max_memory[{main!r}] = {format_bytes(budgets.get(main, 0))} is smaller than the largest module that "
-                f"cannot be split, '{unit}' ({kind}{format_bytes(size)}){why}: offloaded modules are loaded onto "
-                f"{where} one at a time to run, so it must hold the largest; raise max_memory[{main!r}] above "
-                f"{format_bytes(size)}" + (" or drop its class from no_split_module_classes" if why else ""))
-        reserved[main] = (unit, size)
-        if main != "cpu" and "disk" in offloaded and "cpu" in budgets:
-            reserved["cpu"] = (unit, size)  # disk reads pass through CPU memory on their way to the GPU
-        devices = [(d, max(0, b - reserved[d][1]) if d in reserved else b) for d, b in devices]
-        assigned = planner.plan(devices)
-    result = DeviceMap(planner.clean(assigned) if clean_result else assigned)
-    result.sizes, result.budgets, result.reserved, result.tensors = sizes, budgets, reserved, tensors
+    sizes = auto_map.module_sizes(model, dtype, special_dtypes)
+    tied = [sorted(g) for g in ModelTensors.of(model).tied()]
+
+    def buffer_size(module: nn.Module) -> float:
+        return auto_map.module_sizes(module, dtype, special_dtypes, buffers_only=True)[""]
+
+    assigned, kept = auto_map.plan(model, budgets, no_split, tied, sizes, buffer_size, offload_buffers=offload_buffers,
+                             fallback_allocation=fallback_allocation, verbose=verbose)
+    result = DeviceMap(clean_device_map(assigned) if clean_result else assigned)
+    result.sizes = {k: int(v) for k, v in sizes.items()}
+    result.budgets, result.tensors = budgets, ModelTensors.of(model, _as_dtype(dtype), special_dtypes)
+    result.reserved = {d: (n, int(size)) for d, (n, size) in kept.items()}
     return result
 
 
@@ -322,20 +312,23 @@ def check_device_map(model: nn.Module, device_map: dict[str, Any],
                      tensors: ModelTensors | None = None) -> dict[str, Device]:
     """Validate a device map against the model and return it normalized (devices as 0, 'cpu', 'disk'...).
 
-    Every name must be a module or tensor of the model, every tensor must be covered, and tied
-    tensors must land on one device.
+    A name that is no module or tensor of the model is warned about and left out (as Accelerate does); every
+    tensor must be covered, and tied tensors must land on one device.
     """
     if not isinstance(device_map, dict):
         raise DeviceMapError(f"device_map must be a dict {{module name: device}} or 'auto', not {device_map!r}")
     tensors = tensors or ModelTensors.of(model)
     modules = {name for name, _ in model.named_modules(remove_duplicate=False)}
     out: dict[str, Device] = {}
+    unknown = [name for name in device_map if name not in modules and name not in tensors.ids]
+    if unknown:  # as Accelerate: said, and left out of the map (a tensor they were meant for is then missing below)
+        hints = "".join(did_you_mean(name, sorted(modules - {''}) + tensors.names) for name in unknown[:5])
+        warnings.warn(f"device_map keys do not match any submodules or tensors of {type(model).__name__} and are "
+                      f"ignored: {unknown}{hints}; top-level modules: {[n for n, _ in model.named_children()][:20]}",
+                      UserWarning, stacklevel=2)
     for name, device in device_map.items():
-        if name not in modules and name not in tensors.ids:
-            raise DeviceMapError(
-                f"device_map names '{name}', which is not a module or tensor of {type(model).__name__}"
-                f"{did_you_mean(name, sorted(modules - {''}) + tensors.names)}; top-level modules: "
-                f"{[n for n, _ in model.named_children()][:20]}")
+        if name in unknown:
+            continue
         try:
             out[name] = device_key(device)
         except DeviceMapError as exc:
@@ -359,3 +352,22 @@ def lookup(device_map: dict[str, Device], name: str) -> Device | None:
         if prefix in device_map:
             return device_map[prefix]
     return None
+
+
+def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[str, Any]:
+    """`device_map` with every module whose entries all go to one device written as that module alone
+    (`{"a.x": 0, "a.y": 0}` -> `{"a": 0}`), from `module_name` down; changed in place and returned."""
+    prefix = f"{module_name}." if module_name else ""
+    inside = [k for k in device_map if k.startswith(prefix) or k == module_name]
+    values = {str(device_map[k]) for k in inside}
+    if len(inside) > 1 and len(values) == 1:
+        value = device_map[inside[0]]
+        for key in inside:
+            del device_map[key]
+        device_map[module_name] = value
+        return device_map
+    depth = len(module_name.split(".")) + 1 if module_name else 1
+    children = dict.fromkeys(".".join(k.split(".")[:depth]) for k in inside if k != module_name)
+    for child in children:
+        clean_device_map(device_map, child)
+    return device_map

@@ -104,11 +104,14 @@ def _prefixes(name: str) -> Iterable[str]:
 
 def compute_module_sizes(model: nn.Module, dtype: torch.dtype | str | None = None,
                          special_dtypes: dict[str, torch.dtype] | None = None,
-                         tensors: ModelTensors | None = None) -> dict[str, int]:
-    """Bytes of every module (by name, "" for the whole model) and of every tensor; tied tensors count once."""
+                         tensors: ModelTensors | None = None, buffers_only: bool = False) -> dict[str, int]:
+    """Bytes of every module (by name, "" for the whole model) and of every tensor; tied tensors count once.
+    With `buffers_only`, only buffers are counted."""
     tensors = tensors or ModelTensors.of(model, _as_dtype(dtype), special_dtypes)
     sizes: dict[str, int] = {name: 0 for name, _ in model.named_modules(remove_duplicate=False)}
     for index, names in enumerate(tensors.groups):
+        if buffers_only and tensors.is_param[names[0]]:
+            continue
         covered = {p for name in names for p in _prefixes(name)}
         for prefix in covered:
             sizes[prefix] = sizes.get(prefix, 0) + tensors.bytes[index]

@@ -2,7 +2,8 @@
 `from accelerate.utils import ProjectConfiguration, set_seed` -> `from acc.utils import ...`.
 
 Accelerate's submodule paths work too (`acc.utils.dataclasses`, `.memory`, `.imports`, `.environment`,
-`.other`, `.operations`, `.modeling`, `.versions`, `.fsdp_utils`, `.deepspeed`), each name being the same object
+`.other`, `.operations`, `.modeling`, `.offload`, `.random`, `.constants`, `.versions`, `.fsdp_utils`,
+`.deepspeed`), each name being the same object
 here and there. Importing this package is torch-free; each name imports what it needs when first touched.
 To add a name, add one `_LAZY` entry: name -> (module under `acc`, attribute).
 
@@ -101,7 +102,14 @@ _LAZY = {
     "named_module_tensors": ("acc.utils.modeling", "named_module_tensors"),
     "retie_parameters": ("acc.utils.modeling", "retie_parameters"),
     "set_module_tensor_to_device": ("acc.utils.modeling", "set_module_tensor_to_device"),
-    "PrefixedDataset": ("acc.big_model.module_hooks", "PrefixedDataset"),
+    **{name: ("acc.utils.modeling", name) for name in (
+        "align_module_device", "compute_module_total_buffer_size", "convert_file_size_to_int", "dtype_byte_size",
+        "get_module_size_with_ties", "get_state_dict_from_offload", "get_state_dict_offloaded_model",
+        "has_offloaded_params", "clean_device_map")},
+    # offload
+    **{name: ("acc.utils.offload", name) for name in (
+        "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict", "load_offloaded_weight",
+        "offload_state_dict", "offload_weight", "save_offload_index")},
     # other
     "clean_state_dict_for_safetensors": ("acc.utils.other", "clean_state_dict_for_safetensors"),
     "convert_bytes": ("acc.utils.other", "convert_bytes"),

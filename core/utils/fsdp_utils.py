@@ -9,11 +9,10 @@ import tempfile
 from pathlib import Path
 
 from acc.logging import get_logger
+from acc.utils.constants import SAFE_WEIGHTS_NAME, WEIGHTS_NAME  # noqa: F401  (Accelerate names them here too)
 
 logger = get_logger(__name__)
 
-SAFE_WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_NAME = "pytorch_model.bin"
 
 
 def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.PathLike,

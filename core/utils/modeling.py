@@ -1,9 +1,11 @@
 """Model-tensor helpers under Accelerate's names (`accelerate.utils.modeling`): move one parameter or buffer
-in place, find tied parameters, the largest layer, read a state dict from a file. The device-map
-planning names (`infer_auto_device_map`, `get_balanced_memory`, ...) are acc.big_model's own."""
+in place, find tied parameters, sizes (of a dtype, of a file size string, of a module with its ties, of its
+buffers), the largest layer, read a state dict from a file, offloaded modules' weights. The device-map planning
+names (`infer_auto_device_map`, `get_balanced_memory`, `clean_device_map`, ...) are acc.big_model's own."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,74 @@ from acc.big_model import (  # noqa: F401  (Accelerate's acc.utils.modeling name
     infer_auto_device_map,
     load_checkpoint_in_model,
 )
+from acc.big_model.offloaded import (  # noqa: F401  (Accelerate's names, acc.big_model's objects)
+    align_module_device,
+    get_state_dict_from_offload,
+    get_state_dict_offloaded_model,
+    has_offloaded_params,
+)
+from acc.big_model.planner import clean_device_map  # noqa: F401
 from acc.big_model.tensors import (  # noqa: F401  (Accelerate names for acc.big_model.tensors objects)
     device_name,
     get_non_persistent_buffers,
     named_module_tensors,
     set_module_tensor_to_device,
 )
+
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+
+
+def dtype_byte_size(dtype: torch.dtype) -> float:
+    """Bytes one element of `dtype` takes (1/8 for bool, 1 for every 8-bit float)."""
+    if dtype == torch.bool:
+        return 1 / 8
+    if any(dtype == getattr(torch, name, None) for name in _FLOAT8):
+        return 1
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"`dtype` is not a valid dtype: {dtype}.")
+    return torch.empty((), dtype=dtype).element_size()
+
+
+_SIZE = re.compile(r"([0-9]*\.?[0-9]+)(GIB|MIB|KIB|GB|MB|KB)", re.IGNORECASE)
+_UNIT = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3}
+
+
+def convert_file_size_to_int(size: int | str) -> int:
+    """Bytes from an int (returned as is) or a string with a unit: "5MB" (10**6), "2GiB" (2**30); a lowercase
+    final "b" in "Gb", "Mb", "Kb" means bits. Anything else (including a negative size) is a ValueError."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        if size < 0:
+            raise ValueError(f"`size` {size} is not in a valid format: it is negative.")
+        return size
+    match = _SIZE.fullmatch(str(size))
+    if match is None:
+        raise ValueError(f"`size` {size} is not in a valid format. Use an integer for bytes, or a string with a unit "
+                         "(like '5.0GB' or '2GiB').")
+    unit = match.group(2)
+    value = int(float(match.group(1)) * _UNIT[unit.upper()])
+    return value // 8 if unit[-1] == "b" and unit.upper() in ("GB", "MB", "KB") else value
+
+
+def compute_module_total_buffer_size(model: nn.Module, dtype: Any = None,
+                                     special_dtypes: dict[str, Any] | None = None) -> int:
+    """Bytes of all of `model`'s buffers (floating-point ones counted in `dtype` when given)."""
+    return compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes, buffers_only=True).get("", 0)
+
+
+def get_module_size_with_ties(tied_params: list[str], module_size: int, module_sizes: dict[str, int],
+                              modules_to_treat: list[tuple[str, nn.Module]]) -> tuple[int, list[str], list[nn.Module]]:
+    """The size of a module together with the modules (among `modules_to_treat`) that hold the parameters tied to
+    it (`tied_params`: their full names), each tied parameter counted once; and those modules' names and objects,
+    in the order of `tied_params`."""
+    names: list[str] = []
+    modules: list[nn.Module] = []
+    total = module_size
+    for param in tied_params:
+        name, module = next((n, m) for n, m in modules_to_treat if param.startswith(n + "."))
+        names.append(name)
+        modules.append(module)
+        total += module_sizes[name] - module_sizes[param]
+    return total, names, modules
 
 
 def find_tied_parameters(model: nn.Module, **kwargs: Any) -> list[list[str]]:
