@@ -112,8 +112,34 @@ class DynamoBackend(str, BaseEnum):
     NEURON = "NEURON"
 
 
-__all__ = ["BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType", "DynamoBackend", "EnumWithContains",
-           "LoggerType", "PrecisionType", "RNGType"]
+class SageMakerDistributedType(str, enum.Enum):
+    """How a SageMaker job shares the work (Accelerate's names; acc has no SageMaker launcher)."""
+
+    NO = "NO"
+    DATA_PARALLEL = "DATA_PARALLEL"
+    MODEL_PARALLEL = "MODEL_PARALLEL"
+
+
+class FP8BackendType(str, enum.Enum):
+    """The library an fp8 run goes through."""
+
+    NO = "NO"
+    TE = "TE"
+    MSAMP = "MSAMP"
+    AO = "AO"
+
+
+class CustomDtype(enum.Enum):
+    """Storage types torch has no dtype for (quantized weights), in size estimates."""
+
+    FP8 = "fp8"
+    INT4 = "int4"
+    INT2 = "int2"
+
+
+__all__ = ["BaseEnum", "ComputeEnvironment", "CustomDtype", "DDPCommunicationHookType", "DistributedType",
+           "DynamoBackend", "EnumWithContains", "FP8BackendType", "LoggerType", "PrecisionType", "RNGType",
+           "SageMakerDistributedType"]
 
 
 class DistributedType(str, enum.Enum):

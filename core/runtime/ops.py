@@ -7,6 +7,7 @@ a hook itself and can be tested without a plugin manager.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -206,3 +207,11 @@ def pad_to(tensor: torch.Tensor, size: int, dim: int, pad_index: Any, pad_first:
     shape[dim] = size - tensor.shape[dim]
     pad = tensor.new_full(shape, pad_index)
     return torch.cat([pad, tensor] if pad_first else [tensor, pad], dim=dim)
+
+
+@dataclass
+class TensorInformation:
+    """A tensor's shape and dtype, without its data (Accelerate's name, in `acc.utils.dataclasses`)."""
+
+    shape: Any
+    dtype: Any

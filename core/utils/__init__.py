@@ -33,6 +33,20 @@ _IMPORTS = (  # acc.utils.imports: the is_*_available checks
     "is_weights_only_available", "is_xpu_available",
 )
 
+_DATACLASSES = (
+    "AORecipeKwargs", "BaseEnum", "BnbQuantizationConfig", "CustomDtype", "DataLoaderConfiguration",
+    "DeepSpeedSequenceParallelConfig", "DistributedType", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
+    "GradientAccumulationPlugin", "MSAMPRecipeKwargs", "MegatronLMPlugin", "SageMakerDistributedType",
+    "TERecipeKwargs", "TensorInformation", "TorchContextParallelConfig", "TorchTensorParallelConfig",
+    "TorchTensorParallelPlugin",
+)
+_CONSTANTS = (
+    "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME",
+    "RNG_STATE_NAME", "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "SAFE_WEIGHTS_PATTERN_NAME",
+    "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "TORCH_DISTRIBUTED_OPERATION_TYPES", "TORCH_LAUNCH_PARAMS",
+    "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "WEIGHTS_PATTERN_NAME", "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
+)
+
 _LAZY = {
     "set_seed": ("acc.runtime.seeding", "set_seed"),
     "ProjectConfiguration": ("acc.checkpointing.files", "ProjectConfiguration"),
@@ -127,6 +141,10 @@ _LAZY = {
     "merge_fsdp_weights": ("acc.utils.fsdp_utils", "merge_fsdp_weights"),
     # tqdm (the function; acc.utils has no `tqdm` submodule that could shadow it)
     "tqdm": ("acc.utils._tqdm", "tqdm"),
+    # every name of acc.utils.dataclasses, the constants, the N-D parallelism configuration
+    **{name: ("acc.utils.dataclasses", name) for name in _DATACLASSES},
+    **{name: ("acc.utils.constants", name) for name in _CONSTANTS},
+    "ParallelismConfig": ("acc.parallelism_config", "ParallelismConfig"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover

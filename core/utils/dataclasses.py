@@ -1,47 +1,40 @@
-"""The kwargs handlers, plugin objects and enumerations under Accelerate's module path
-`accelerate.utils.dataclasses` (acc's own objects: `acc.contract.kwargs`, `acc.compat.plugin_objects`, `acc.contract.enums`).
-Torch-free."""
+"""The kwargs handlers, configuration objects and enumerations under Accelerate's module path
+`accelerate.utils.dataclasses`: acc's own objects, from where they live (`acc.contract.enums`, `acc.contract.kwargs`,
+`acc.compat.plugin_objects`, `acc.compat.parallelism_objects`, `acc.compat.recipes`, `acc.checkpointing.files`,
+`acc.runtime.ops`). Torch-free to import: each name is imported when first touched."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from acc.contract.enums import (
-    BaseEnum,
-    ComputeEnvironment,
-    DDPCommunicationHookType,
-    DynamoBackend,
-    EnumWithContains,
-    LoggerType,
-    PrecisionType,
-    RNGType,
-)
-from acc.contract.kwargs import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-)
+from acc.compat import lazy_names
 
-_LAZY = {
-    "ProjectConfiguration": ("acc.checkpointing.files", "ProjectConfiguration"),
-    "DeepSpeedPlugin": ("acc.compat.plugin_objects", "DeepSpeedPlugin"),
-    "FullyShardedDataParallelPlugin": ("acc.compat.plugin_objects", "FullyShardedDataParallelPlugin"),
-    "TorchDynamoPlugin": ("acc.compat.plugin_objects", "TorchDynamoPlugin"),
-    "ProfileKwargs": ("acc.compat.plugin_objects", "ProfileKwargs"),
+_HOMES = {
+    "acc.contract.enums": ("BaseEnum", "ComputeEnvironment", "CustomDtype", "DDPCommunicationHookType",
+                           "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "LoggerType",
+                           "PrecisionType", "RNGType", "SageMakerDistributedType"),
+    "acc.contract.kwargs": ("AutocastKwargs", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
+                            "GradientAccumulationPlugin", "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler"),
+    "acc.compat.plugin_objects": ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "ProfileKwargs",
+                                  "TorchDynamoPlugin"),
+    "acc.compat.parallelism_objects": ("DeepSpeedSequenceParallelConfig", "TorchContextParallelConfig",
+                                       "TorchTensorParallelConfig"),
+    "acc.compat.recipes": ("AORecipeKwargs", "BnbQuantizationConfig", "FP8RecipeKwargs", "MSAMPRecipeKwargs",
+                           "MegatronLMPlugin", "TERecipeKwargs", "TorchTensorParallelPlugin"),
+    "acc.checkpointing.files": ("ProjectConfiguration",),
+    "acc.runtime.ops": ("TensorInformation",),
 }
+_LAZY = {name: (module, name) for module, names in _HOMES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from acc.compat import lazy_names
-
         return lazy_names.resolve(globals(), _LAZY, name)
     raise AttributeError(f"module 'acc.utils.dataclasses' has no attribute {name!r}")
 
 
-__all__ = ["AutocastKwargs", "BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType", "DeepSpeedPlugin",
-           "DistributedDataParallelKwargs", "DynamoBackend", "EnumWithContains", "FullyShardedDataParallelPlugin",
-           "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler", "LoggerType", "PrecisionType",
-           "ProfileKwargs", "ProjectConfiguration", "RNGType", "TorchDynamoPlugin"]
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = sorted(_LAZY)

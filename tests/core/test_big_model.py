@@ -432,7 +432,7 @@ class _NotATensor:
 
 
 def test_torch_checkpoints_load_with_the_restricted_unpickler(reference, tmp_path, capsys):
-    model, state = reference[0], reference[0].state_dict()
+    state = reference[0].state_dict()
     torch.save(state, tmp_path / "pytorch_model.bin")
     loaded = load_checkpoint_and_dispatch(empty_net(), tmp_path, device_map={"": "cpu"})
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in state.items())
