@@ -31,6 +31,12 @@ class PartialState(ProcessViews):
     def _run(self) -> Any:
         return _runtime.current_or_start()
 
+    @staticmethod
+    def _reset_state() -> None:
+        """Forget this process's run, so the next PartialState or Accelerator sets one up anew (Accelerate's test
+        helper). The process group stays; nothing of the forgotten run is torn down before exit."""
+        _runtime.forget()
+
     @property
     def initialized(self) -> bool:
         return is_initialized()
@@ -100,6 +106,13 @@ class PartialState(ProcessViews):
 
 class AcceleratorState(PartialState):
     """PartialState plus the run's training configuration (mixed precision, the sharding backend's plugin)."""
+
+    @staticmethod
+    def _reset_state(reset_partial_state: bool = False) -> None:  # type: ignore[override]
+        """Forget the run's training configuration, so the next Accelerator sets it up anew. acc keeps no training
+        configuration apart from the run, so the run itself is forgotten either way (`reset_partial_state` is
+        accepted as Accelerate takes it)."""
+        _runtime.forget()
 
     @property
     def mixed_precision(self) -> str:
@@ -173,6 +186,15 @@ class GradientState:
     @property
     def initialized(self) -> bool:
         return is_initialized()
+
+    @staticmethod
+    def _reset_state() -> None:
+        """Back to a fresh loop: gradients sync, no step taken, no active data loader (Accelerate's test helper)."""
+        run = _runtime.current()
+        if run is not None:  # in place: the prepared optimizers and loaders hold this loop state
+            loop = run.ctx.loop
+            loop.sync_gradients, loop.step, loop.micro_step = True, 0, 0
+            loop.active_loaders.clear()
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:

@@ -145,6 +145,12 @@ def current() -> Runtime | None:
     return runtime if runtime is not None and not runtime.ended else None
 
 
+def forget() -> None:
+    """Let the next Accelerator or PartialState set a run up anew (Accelerate's `_reset_state`). The process group
+    is kept (a new run joins it again); the forgotten run still ends at exit."""
+    _CURRENT["runtime"] = None
+
+
 def current_or_start(cpu: bool = False, **kwargs: Any) -> Runtime:
     """The current runtime, or a new one set up as an Accelerator would (PartialState's first call)."""
     runtime = current()

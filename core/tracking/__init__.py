@@ -47,6 +47,21 @@ _ACCELERATE_CLASSES = {"TensorBoardTracker": "tensorboard", "WandBTracker": "wan
                        "DVCLiveTracker": "dvclive", "SwanLabTracker": "swanlab", "TrackioTracker": "trackio"}
 
 
+_UNINSTALLED: dict[str, type] = {}
+
+
+def _uninstalled(class_name: str, tracker: str) -> type:
+    """Accelerate's tracker class `class_name` for a tracker that is not installed: a GeneralTracker whose
+    construction raises ImportError with the install command."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise ImportError(f"{class_name}: tracker '{tracker}' is not installed; {tracker_install_hint(tracker)}")
+
+    return type(class_name, (GeneralTracker,), {"__init__": __init__, "name": tracker, "__module__": __name__,
+                                                "requires_logging_directory": False,
+                                                "__doc__": f"Tracker '{tracker}' (not installed here)."})
+
+
 def __getattr__(name: str) -> Any:
     """Accelerate's tracker classes by their names (`from acc.tracking import TensorBoardTracker`), from the
     installed plugins; JSONLinesTracker is acc's own (acc.builtin.jsonl)."""
@@ -55,9 +70,9 @@ def __getattr__(name: str) -> Any:
     if name in _ACCELERATE_CLASSES:
         tracker = _ACCELERATE_CLASSES[name]
         info = installed_trackers().get(tracker)
-        if info is None:
-            raise ImportError(f"cannot import {name} from acc.tracking: tracker '{tracker}' is not installed; "
-                              f"{tracker_install_hint(tracker)}")
+        if info is None:  # the name imports, as Accelerate's does without its library; building it says what is missing
+            value = _UNINSTALLED.get(name) or _UNINSTALLED.setdefault(name, _uninstalled(name, tracker))
+            return value
         return load_tracker_class(info)
     raise AttributeError(f"module 'acc.tracking' has no attribute {name!r}")
 

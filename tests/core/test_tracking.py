@@ -189,13 +189,15 @@ def test_accelerates_registry_names_work(tmp_path):
         registry._REGISTERED.pop("registered_tracker", None)
 
 
-def test_accelerates_tracker_classes_are_importable_by_name_when_installed():
-    from acc.tracking import JSONLinesTracker
+def test_accelerates_tracker_classes_import_by_name_and_building_a_missing_one_says_what_to_install():
+    from acc.tracking import GeneralTracker, JSONLinesTracker, TensorBoardTracker
 
     assert JSONLinesTracker.name == "jsonl"
+    # not installed here: the name imports (Accelerate's tests import it and skip by require_*), building it fails
+    assert issubclass(TensorBoardTracker, GeneralTracker) and TensorBoardTracker.name == "tensorboard"
     with pytest.raises(ImportError, match="tracker 'tensorboard' is not installed; install with: pip install "
                                           "acc-tensorboard"):
-        from acc.tracking import TensorBoardTracker  # noqa: F401
+        TensorBoardTracker("run", "logs")
 
 
 # ------------------------------------------------------------------------------------------- the jsonl tracker
