@@ -340,9 +340,8 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
     def _step_function(self, optimizer: Any) -> Callable[[Any], bool]:
         """The prepared optimizer's step: through the scaler (fp16) to the backend's step hook."""
         step_hook = self._hooks.acc_optimizer_step
-        stepper = BackendStepper(optimizer, lambda opt: step_hook(ctx=self.ctx, optimizer=opt))
-        self._steppers.append(stepper)
-        return lambda opt: self._precision.step(stepper, lambda: stepper.step())
+        self._steppers.append(BackendStepper(optimizer, lambda opt: step_hook(ctx=self.ctx, optimizer=opt)))
+        return _OptimizerStep(self, len(self._steppers) - 1)
 
     def _do_sync(self) -> None:
         """Count one micro-step: gradients sync every k-th one and at the end of the data (Accelerate's rule)."""
@@ -550,6 +549,18 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
 
 
 _LIVE: "weakref.WeakValueDictionary[str, Accelerator]" = weakref.WeakValueDictionary()
+
+
+class _OptimizerStep:
+    """A prepared optimizer's step: its stepper, through the precision (fp16 scaler). Picklable, so the prepared
+    optimizer is: the Accelerator pickles as a reference to this process's live one."""
+
+    def __init__(self, accelerator: Accelerator, index: int):
+        self.accelerator, self.index = accelerator, index
+
+    def __call__(self, optimizer: Any) -> bool:
+        stepper = self.accelerator._steppers[self.index]
+        return self.accelerator._precision.step(stepper, stepper.step)
 
 
 def _live_accelerator(token: str) -> Accelerator:

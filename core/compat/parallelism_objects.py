@@ -24,7 +24,7 @@ def _env(name: str, default: str) -> str:
 
 
 def _version_at_least(package: str, minimum: str) -> bool:
-    from acc.utils.versions import compare_versions
+    from acc.compat.versions import compare_versions
 
     try:
         return compare_versions(package, ">=", minimum)
@@ -40,7 +40,7 @@ class TorchContextParallelConfig:
     cp_comm_strategy: str | None = None
 
     def __post_init__(self) -> None:
-        from acc.utils.constants import BETA_CP_AVAILABLE_PYTORCH_VERSION
+        from acc.compat.accelerate_constants import BETA_CP_AVAILABLE_PYTORCH_VERSION
 
         if not _version_at_least("torch", BETA_CP_AVAILABLE_PYTORCH_VERSION):
             raise ValueError(f"context parallelism needs torch >= {BETA_CP_AVAILABLE_PYTORCH_VERSION}")
@@ -86,7 +86,10 @@ class TorchTensorParallelConfig:
     enable_async_tp: bool = False
 
     def __post_init__(self) -> None:
-        from acc.utils.constants import BETA_TP_AVAILABLE_PYTORCH_VERSION, BETA_TP_AVAILABLE_TRANSFORMERS_VERSION
+        from acc.compat.accelerate_constants import (
+            BETA_TP_AVAILABLE_PYTORCH_VERSION,
+            BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
+        )
 
         if not _version_at_least("torch", BETA_TP_AVAILABLE_PYTORCH_VERSION):
             raise ValueError(f"tensor parallelism needs torch >= {BETA_TP_AVAILABLE_PYTORCH_VERSION}")

@@ -25,15 +25,16 @@ MSAMP_LEVELS = ("O1", "O2")
 
 
 def _flag(name: str, default: bool = False) -> bool:
-    from acc.utils.environment import parse_flag_from_env
+    from acc.compat.environment import parse_flag_from_env
 
     return parse_flag_from_env(FP8_ENV + name, default=default)
 
 
 def _available(name: str) -> bool:
-    from acc.utils import imports
+    """Whether the package `name` is installed (found, not imported)."""
+    import importlib.util
 
-    return getattr(imports, f"is_{name}_available")()
+    return importlib.util.find_spec(name) is not None
 
 
 @dataclass

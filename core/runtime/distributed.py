@@ -74,7 +74,9 @@ def init_process_group(ctx: RunContext, backend_name: str, pg_backend: str = "au
         elif override is not None and override.init_method:
             kwargs["init_method"] = override.init_method
         dist.init_process_group(backend=pg_backend, rank=rank, world_size=world, **kwargs)
-    label = distributed_type or ("MULTI_GPU" if device.type == "cuda" else "MULTI_CPU")
+    # as Accelerate: a launched CUDA process is MULTI_GPU whatever the world size; CPU processes are MULTI_CPU when
+    # there are several, NO when one runs alone
+    label = distributed_type or ("MULTI_GPU" if device.type == "cuda" else "MULTI_CPU" if world > 1 else "NO")
     return ProcessInfo(device=device, num_processes=world, process_index=rank, local_process_index=local_rank,
                        local_num_processes=local_world, distributed_type=label,
                        process_group_backend=dist.get_backend())

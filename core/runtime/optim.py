@@ -43,7 +43,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self._step_fn = step_fn
         self._loop = loop
-        self.step_was_skipped = False
+        self._is_overflow = False  # Accelerate's attribute behind step_was_skipped (its tests set it)
         self.defaults = getattr(optimizer, "defaults", {})
 
     @property
@@ -77,10 +77,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             raise ValueError("prepared optimizers do not take a closure; compute the loss and call backward first")
         applied = self._step_fn(self.optimizer)
-        self.step_was_skipped = applied is False
-        if not self.step_was_skipped:
+        self._is_overflow = applied is False
+        if not self._is_overflow:
             self._loop.step += 1
         return None
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last step was skipped (fp16 gradients overflowed)."""
+        return self._is_overflow
 
     def train(self) -> None:
         """Train mode for optimizers that have one (schedule-free optimizers)."""
@@ -103,6 +108,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def __getstate__(self) -> dict:
         return self.__dict__
+
+    def __setstate__(self, state: dict) -> None:  # not torch.optim.Optimizer's: the state is the wrapper's own
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"

@@ -27,11 +27,11 @@ class PreparedObjects:
 
     def register(self, *objects: Any) -> None:
         """Add objects to save and restore with the state (each needs state_dict and load_state_dict)."""
-        bad = [f"#{i} ({type(o).__name__})" for i, o in enumerate(objects)
+        bad = [f"Item at index {i} ({type(o).__name__})" for i, o in enumerate(objects)
                if not (callable(getattr(o, "state_dict", None)) and callable(getattr(o, "load_state_dict", None)))]
-        if bad:
-            raise TypeError(f"register_for_checkpointing: object(s) {', '.join(bad)} lack state_dict() and "
-                            "load_state_dict(); wrap them in an object that has both")
+        if bad:  # a ValueError, as Accelerate raises
+            raise ValueError(f"register_for_checkpointing: {', '.join(bad)} lack(s) state_dict() and "
+                             "load_state_dict(); wrap each in an object that has both")
         self.custom_objects.extend(objects)
 
     def release(self) -> None:

@@ -13,9 +13,9 @@ import os
 import sys
 from typing import Any
 
+from acc.compat.environment import parse_flag_from_env, patch_environment, str_to_bool
+from acc.compat.versions import compare_versions, is_torch_version
 from acc.runtime.devices import vendor_device
-from acc.utils.environment import parse_flag_from_env, patch_environment, str_to_bool
-from acc.utils.versions import compare_versions, is_torch_version
 
 
 def _is_package_available(pkg_name: str, metadata_name: str | None = None) -> bool:

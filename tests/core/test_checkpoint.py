@@ -138,8 +138,10 @@ def test_automatic_naming_keeps_the_newest_and_loads_the_newest(fresh_pm, tmp_pa
 
 def test_register_for_checkpointing_needs_state_dict(fresh_pm, tmp_path):
     acc, *_ = setup(fresh_pm, tmp_path)
-    with pytest.raises(TypeError, match=r"object\(s\) #1 \(int\) lack state_dict\(\) and load_state_dict\(\)"):
+    before = list(acc._custom_objects)
+    with pytest.raises(ValueError, match=r"Item at index 1 \(int\) lack\(s\) state_dict\(\) and load_state_dict\(\)"):
         acc.register_for_checkpointing(Counter(), 5)
+    assert acc._custom_objects == before  # nothing of the call was registered
 
 
 def saved(fresh_pm, tmp_path) -> tuple[Path, tuple]:
@@ -311,3 +313,33 @@ def test_save_on_each_node_is_refused_across_machines_only(fresh_pm, tmp_path, m
     acc.ctx.settings = acc.ctx.settings.override("num_machines", 2, "test")
     with pytest.raises(CheckpointError, match="save_on_each_node=True.*2 machines"):
         acc.save_state(tmp_path / "two")
+
+
+def test_a_prepared_optimizer_pickles_and_comes_back_working_in_this_process(fresh_pm):
+    import pickle
+
+    import torch
+
+    from acc import Accelerator
+
+    accelerator = Accelerator(plugin_manager=fresh_pm)
+    model = torch.nn.Linear(3, 1)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    copy = pickle.loads(pickle.dumps(optimizer))
+    assert copy.optimizer.param_groups[0]["lr"] == 0.1
+    accelerator.backward(model(torch.ones(2, 3)).sum())
+    before = model.weight.detach().clone()
+    optimizer.step()
+    assert not torch.equal(before, model.weight)
+
+
+def test_get_logger_records_the_callers_line(caplog):
+    import inspect
+
+    from acc.logging import get_logger
+
+    with caplog.at_level("WARNING"):
+        line = inspect.currentframe().f_lineno + 1
+        get_logger("acc.test.caller").warning("where am I")
+    record = caplog.records[-1]
+    assert record.pathname == __file__ and record.lineno == line, (record.pathname, record.lineno)
