@@ -9,6 +9,7 @@ through a hook, so a backend changes behaviour without the facade knowing which 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 import weakref
@@ -117,11 +118,13 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
         config = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and config.project_dir is None:
             config.set_directories(project_dir)
+        me = weakref.ref(self)  # the checkpointer and the loaders reach back weakly: no cycle keeps this alive
         self._checkpointer = Checkpointer(
-            self.ctx, self._hooks, self._prepared, unwrap=self.unwrap_model, scaler=lambda: self.scaler,
+            self.ctx, self._hooks, self._prepared, unwrap=lambda *a, **k: me().unwrap_model(*a, **k),  # type: ignore[union-attr]
+            scaler=lambda: me().scaler,  # type: ignore[union-attr]
             project_configuration=config,
             plugins={name: (info.distribution, info.version) for name, info in self._assembly.infos.items()},
-            distributed_type=lambda: self.distributed_type)
+            distributed_type=lambda: me().distributed_type)  # type: ignore[union-attr]
         self.flag_tensor: torch.Tensor | None = None
         self._log_with = log_with
         self._tracking: Any = None
@@ -308,11 +311,11 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
             process_index=self.process_index,
             device=self.device if place else None,
             settings=self._data_settings(),
-            broadcast_object=self._broadcast_object,
-            broadcast_state=self._broadcast_state,
+            broadcast_object=self._runtime._broadcast_object,  # the run's: the loader holds no Accelerator
+            broadcast_state=self._runtime._broadcast_state,
             rng_types=self.rng_types,
             on_start=self.ctx.loop.active_loaders.append,
-            on_end=lambda dl: self.ctx.loop.active_loaders.remove(dl) if dl in self.ctx.loop.active_loaders else None,
+            on_end=functools.partial(_discard, self.ctx.loop.active_loaders),  # holds the list, not the Accelerator
         )
         self._dataloaders.append(prepared)
         self.ctx.dataloaders.append(prepared)
@@ -549,6 +552,11 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
 
 
 _LIVE: "weakref.WeakValueDictionary[str, Accelerator]" = weakref.WeakValueDictionary()
+
+
+def _discard(items: list, item: Any) -> None:
+    if item in items:
+        items.remove(item)
 
 
 class _OptimizerStep:

@@ -1,15 +1,22 @@
-"""Accelerate's `accelerate.data_loader` names, for scripts that import from that path: acc's prepared loader,
-samplers and `skip_first_batches` (see acc.runtime.data.loader and acc.runtime.data.samplers for what they do)."""
+"""Accelerate's `accelerate.data_loader` names: acc's prepared loader and samplers (`acc.runtime.data`), and
+Accelerate's loader classes for code that builds them directly (`acc.runtime.data.adapters`)."""
 
 from __future__ import annotations
 
+from acc.runtime.data.adapters import (
+    DataLoaderDispatcher,
+    DataLoaderShard,
+    DataLoaderStateMixin,
+    SkipBatchSampler,
+    SkipDataLoader,
+    prepare_data_loader,
+)
 from acc.runtime.data.loader import PreparedDataLoader, skip_first_batches
 from acc.runtime.data.samplers import IterableShard, SeedableRandomSampler, ShardedBatchSampler
 
-DataLoaderShard = PreparedDataLoader
-DataLoaderDispatcher = PreparedDataLoader  # dispatching is a mode of the same loader (DataLoaderConfiguration)
 BatchSamplerShard = ShardedBatchSampler
 IterableDatasetShard = IterableShard
 
-__all__ = ["BatchSamplerShard", "DataLoaderDispatcher", "DataLoaderShard", "IterableDatasetShard",
-           "SeedableRandomSampler", "skip_first_batches"]
+__all__ = ["BatchSamplerShard", "DataLoaderDispatcher", "DataLoaderShard", "DataLoaderStateMixin",
+           "IterableDatasetShard", "PreparedDataLoader", "SeedableRandomSampler", "SkipBatchSampler",
+           "SkipDataLoader", "prepare_data_loader", "skip_first_batches"]

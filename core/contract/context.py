@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from acc.contract.settings import ResolvedSettings
 
@@ -37,7 +38,7 @@ class LoopState:
     sync_gradients: bool = True
     step: int = 0  # applied optimizer steps (a step skipped by the fp16 scaler does not count)
     micro_step: int = 0  # Accelerate's `accelerator.step`: micro-steps since the last end of the data
-    active_loaders: list[Any] = field(default_factory=list)  # innermost last
+    active_loaders: "LiveObjects" = field(default_factory=lambda: LiveObjects())  # innermost last, held weakly
 
     @property
     def active_loader(self) -> Any:
@@ -53,6 +54,51 @@ class LoopState:
         """Real samples in the last global batch of the active loader's pass (-1: unknown or no loader)."""
         loader = self.active_loader
         return getattr(loader, "remainder", -1) if loader is not None else -1
+
+
+class LiveObjects:
+    """A list of objects held weakly: what is no longer referenced elsewhere drops out (a prepared loader the
+    script let go of is freed, the run does not keep it alive). Iterating, indexing and `len` see live ones only."""
+
+    def __init__(self) -> None:
+        self._refs: list[weakref.ref] = []
+
+    def _live(self) -> list[Any]:
+        objects = [r() for r in self._refs]
+        self._refs = [r for r, o in zip(self._refs, objects) if o is not None]
+        return [o for o in objects if o is not None]
+
+    def append(self, obj: Any) -> None:
+        self._refs.append(weakref.ref(obj))
+
+    def remove(self, obj: Any) -> None:
+        """Take out the last reference to `obj` (ValueError when it is not held)."""
+        for i in range(len(self._refs) - 1, -1, -1):
+            if self._refs[i]() is obj:
+                del self._refs[i]
+                return
+        raise ValueError(f"{obj!r} is not held")
+
+    def clear(self) -> None:
+        self._refs.clear()
+
+    def __contains__(self, obj: Any) -> bool:
+        return any(r() is obj for r in self._refs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._live())
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __getitem__(self, index: int) -> Any:
+        return self._live()[index]
+
+    def __bool__(self) -> bool:
+        return bool(self._live())
+
+    def __reduce__(self) -> tuple:  # weak references do not travel: a copy starts empty
+        return (type(self), ())
 
 
 @dataclass
@@ -73,7 +119,7 @@ class RunContext:
     loop: LoopState = field(default_factory=LoopState)
     backend_state: dict[str, Any] = field(default_factory=dict)
     kwargs_handlers: list[Any] = field(default_factory=list)
-    dataloaders: list[Any] = field(default_factory=list)  # the prepared loaders, in prepare order
+    dataloaders: LiveObjects = field(default_factory=LiveObjects)  # the prepared loaders, in prepare order (weakly)
     plugin_state: dict[str, Any] = field(default_factory=dict)  # cross-cutting plugins' state, by plugin name
     communicator: Any = None  # the backend's Communicator (set right after acc_setup)
     # what the backend runs with, for scripts to read (the kernel shows it, e.g. DeepSpeed's config as Accelerate's

@@ -107,7 +107,7 @@ def test_split_batches_divides_each_batch():
     per_rank = epoch(dls)
     assert per_rank[0][0] == [0, 1, 2, 3] and per_rank[1][0] == [4, 5, 6, 7]
     assert gathered(per_rank, dls) == list(range(20))
-    with pytest.raises(ValueError, match="divisible"):
+    with pytest.raises(ValueError, match="round multiple of the number of processes"):
         loaders(TensorDataset(torch.arange(20)), 3, batch_size=8, split_batches=True)
 
 

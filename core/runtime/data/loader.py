@@ -235,6 +235,13 @@ class PreparedDataLoader:
     def total_dataset_length(self) -> int:
         return len(self.dataset)
 
+    @property
+    def gradient_state(self) -> Any:
+        """The run's GradientState (Accelerate's loaders carry it): a view, made when asked."""
+        from acc.runtime.states import GradientState
+
+        return GradientState()
+
     def get_sampler(self) -> Any:
         return self.sampler
 

@@ -64,8 +64,8 @@ class ShardedBatchSampler:
         self.padded_last_round = False
         if split_batches and num_processes > 1 and (self.batch_size is None or self.batch_size % num_processes):
             raise ValueError(
-                f"split_batches=True needs a batch size divisible by the number of processes; got batch size "
-                f"{self.batch_size} on {num_processes} processes (use a batch size that {num_processes} divides)"
+                f"split_batches=True needs a batch size that is a round multiple of the number of processes; got batch "
+                f"size {self.batch_size} on {num_processes} processes (use a batch size that {num_processes} divides)"
             )
 
     @property
@@ -211,7 +211,7 @@ class IterableShard(IterableDataset):
     def __init__(self, dataset: Any, batch_size: int, drop_last: bool, num_processes: int, process_index: int,
                  split_batches: bool = False):
         if split_batches and batch_size > 1 and batch_size % num_processes:
-            raise ValueError(f"split_batches=True needs a batch size divisible by {num_processes} processes; "
+            raise ValueError(f"split_batches=True needs a batch size that is a round multiple of {num_processes} processes; "
                              f"got {batch_size}")
         self.dataset = dataset
         self.batch_size = batch_size
