@@ -7,7 +7,7 @@ repository). For the acc run they are rewritten by exactly three rules and nothi
 2. a string literal starting `accelerate.` on a `patch(...)`, `patch.object(...)` or `patch.dict(...)` line becomes
    `acc.`;
 3. the command `accelerate` as the first element of an argument list (`["accelerate", "launch", ...]`) becomes `acc`.
-Both runs: pytest with pytest-timeout, offline (HF_HUB_OFFLINE=1), no GPU (CUDA_VISIBLE_DEVICES=), a private
+Both runs: pytest with pytest-timeout (a file that fails to import is reported, the others run), offline (HF_HUB_OFFLINE=1), no GPU (CUDA_VISIBLE_DEVICES=), a private
 HF_HOME, from a directory holding only Accelerate's tests/.
 
     python scripts/accelerate_suite.py --base-python B --acc-python A [--record | --check]
@@ -94,6 +94,7 @@ def run(python: str, where: Path, label: str, timeout: float) -> dict[str, str]:
     env.pop("ACC_LAUNCH", None)
     start = time.monotonic()
     proc = subprocess.run([python, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--timeout", "300",
+                           "--continue-on-collection-errors",  # a file that fails to import does not stop the others
                            "-o", "addopts=", f"--junitxml={report}"], cwd=where, env=env, capture_output=True,
                           text=True, timeout=timeout)
     print(f"accelerate suite: {label}: {proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else '?'} "

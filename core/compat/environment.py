@@ -79,5 +79,59 @@ def patch_environment(**kwargs: Any) -> Iterator[None]:
                 os.environ.pop(key, None)
 
 
-__all__ = ["are_libraries_initialized", "clear_environment", "get_int_from_env", "parse_choice_from_env",
+_FORBIDDEN_IN_ENV = (";", "\n", "<", ">", " ")
+
+
+def convert_dict_to_env_variables(current_env: dict[str, str]) -> list[str]:
+    """`KEY=VALUE\n` lines for the entries of `current_env` that are safe to write into an environment file (no
+    `;`, newline, `<`, `>` or space, neither side empty); the others are skipped with a warning naming them."""
+    import logging
+
+    out = []
+    for key, value in current_env.items():
+        if key and value and not any(c in key + value for c in _FORBIDDEN_IN_ENV):
+            out.append(f"{key}={value}\n")
+        else:
+            logging.getLogger(__name__).warning(f"Skipping {key}={value}: it contains forbidden characters or is empty")
+    return out
+
+
+def purge_accelerate_environment(func_or_cls: Any) -> Any:
+    """Decorator: the ACCELERATE_* environment variables a function (or each test method of a class, subclasses
+    included) sets are removed after it, and the ones it changed are restored (transformers' TrainingArguments sets
+    them)."""
+    import functools
+
+    def scrubbed(func: Any) -> Any:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            before = {k: v for k, v in os.environ.items() if k.startswith("ACCELERATE_")}
+            try:
+                return func(*args, **kwargs)
+            finally:
+                for key in [k for k in os.environ if k.startswith("ACCELERATE_")]:
+                    if key in before:
+                        os.environ[key] = before[key]
+                    else:
+                        del os.environ[key]
+
+        wrapper._acc_purges_environment = True  # type: ignore[attr-defined]
+        return wrapper
+
+    if not isinstance(func_or_cls, type):
+        return scrubbed(func_or_cls)
+
+    def wrap_tests(cls: type) -> type:
+        for name in dir(cls):
+            method = getattr(cls, name)
+            if name.startswith("test") and callable(method) and not getattr(method, "_acc_purges_environment", False):
+                setattr(cls, name, scrubbed(method))
+        return cls
+
+    wrap_tests(func_or_cls)
+    func_or_cls.__init_subclass__ = classmethod(lambda cls, **kw: wrap_tests(cls))  # type: ignore[assignment]
+    return func_or_cls
+
+
+__all__ = ["are_libraries_initialized", "convert_dict_to_env_variables", "purge_accelerate_environment", "clear_environment", "get_int_from_env", "parse_choice_from_env",
            "parse_flag_from_env", "patch_environment", "str_to_bool"]

@@ -127,7 +127,11 @@ class CollectivesMixin:
         """Pad each tensor along `dim` to the largest size any process has (tensors without that dim unchanged)."""
 
         def one(t: torch.Tensor) -> torch.Tensor:
-            if getattr(t, "is_nested", False) or not -t.dim() <= dim < t.dim():
+            if getattr(t, "is_nested", False):
+                warnings.warn("pad_across_processes: a nested tensor cannot be padded; it is returned as it is",
+                              CannotPadNestedTensorWarning, stacklevel=4)
+                return t
+            if not -t.dim() <= dim < t.dim():
                 return t
             axis = dim % t.dim()
             sizes = self._gather_objects(t.shape[axis]) if self.num_processes > 1 else [t.shape[axis]]
@@ -142,6 +146,10 @@ class CollectivesMixin:
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """This process's contiguous share of a list, tuple, tensor, `datasets.Dataset` or dict of them."""
         yield split(inputs, self.num_processes, self.process_index, apply_padding)
+
+
+class CannotPadNestedTensorWarning(UserWarning):
+    """`pad_across_processes` was given a nested tensor, which has no size to pad to: it comes back unchanged."""
 
 
 def flatten_one_level(parts: list) -> list:

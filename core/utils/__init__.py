@@ -145,6 +145,12 @@ _LAZY = {
     **{name: ("acc.utils.dataclasses", name) for name in _DATACLASSES},
     **{name: ("acc.utils.constants", name) for name in _CONSTANTS},
     "ParallelismConfig": ("acc.parallelism_config", "ParallelismConfig"),
+    "CannotPadNestedTensorWarning": ("acc.runtime.collectives", "CannotPadNestedTensorWarning"),
+    "pad_input_tensors": ("acc.utils.operations", "pad_input_tensors"),
+    "check_os_kernel": ("acc.utils.other", "check_os_kernel"),
+    "get_model_tp_size": ("acc.utils.other", "get_model_tp_size"),
+    "convert_dict_to_env_variables": ("acc.compat.environment", "convert_dict_to_env_variables"),
+    "purge_accelerate_environment": ("acc.compat.environment", "purge_accelerate_environment"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover

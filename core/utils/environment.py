@@ -4,11 +4,13 @@
 from acc.compat.environment import (  # noqa: F401
     are_libraries_initialized,
     clear_environment,
+    convert_dict_to_env_variables,
     get_int_from_env,
     parse_choice_from_env,
     parse_flag_from_env,
     patch_environment,
+    purge_accelerate_environment,
     str_to_bool,
 )
 
-__all__ = ['are_libraries_initialized', 'clear_environment', 'get_int_from_env', 'parse_choice_from_env', 'parse_flag_from_env', 'patch_environment', 'str_to_bool']
+__all__ = ['are_libraries_initialized', 'clear_environment', 'convert_dict_to_env_variables', 'get_int_from_env', 'parse_choice_from_env', 'parse_flag_from_env', 'patch_environment', 'purge_accelerate_environment', 'str_to_bool']

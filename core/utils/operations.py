@@ -217,3 +217,30 @@ def slice_tensors(data: Any, tensor_slice: Any, process_index: int | None = None
                   num_processes: int | None = None) -> Any:
     """`data[tensor_slice]` for every tensor in `data`."""
     return recursively_apply(lambda t: t[tensor_slice], data)
+
+
+def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:
+    """Every tensor of `tensor` padded with zeros along dim 0 (Accelerate's rule for how many rows), so a batch of
+    `batch_size` can be split among `num_processes` (e.g. [3, 4, 4] over 4 processes becomes [4, 4, 4])."""
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        per = batch_size // num_processes
+        left = batch_size - per * num_processes
+        missing = num_processes - batch_size if per == 0 else num_processes - per
+        if left > missing and missing < 1:
+            missing = left - missing
+        shape = list(t.shape)
+        shape[0] = batch_size + missing
+        out = t.new_zeros(tuple(shape))
+        out[tuple(slice(0, t.shape[dim]) if i == dim else slice(None) for i in range(len(shape)))] = t
+        return out
+
+    return recursively_apply(pad, tensor, error_on_other_type=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CannotPadNestedTensorWarning":  # where padding happens: acc.runtime.collectives
+        from acc.runtime.collectives import CannotPadNestedTensorWarning
+
+        return CannotPadNestedTensorWarning
+    raise AttributeError(f"module 'acc.utils.operations' has no attribute {name!r}")

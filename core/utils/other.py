@@ -242,6 +242,33 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
     return path
 
 
-__all__ = ["clean_state_dict_for_safetensors", "convert_bytes", "extract_model_from_parallel", "get_pretty_name",
+def check_os_kernel() -> None:
+    """Warn (on the main process) when the Linux kernel is older than 5.5, where processes have been seen to hang."""
+    import platform
+    import re
+
+    from packaging.version import Version
+
+    info = platform.uname()
+    if info.system != "Linux":
+        return
+    found = re.search(r"\d+\.\d+\.\d+", info.release)
+    if found and Version(found.group(0)) < Version("5.5.0"):
+        logger.warning(f"Detected kernel version {found.group(0)}, which is below the recommended minimum of 5.5.0; "
+                       "this can cause the process to hang. Upgrade the kernel to 5.5.0 or later.",
+                       main_process_only=True)
+
+
+def get_model_tp_size(model: Any) -> int | None:
+    """The tensor-parallel degree a transformers model was sharded with (its `tp_size`, or its config's
+    `distributed_config`), None when it was not."""
+    size = getattr(model, "tp_size", None)
+    if size is not None:
+        return size
+    config = getattr(getattr(model, "config", None), "distributed_config", None)
+    return config.get("tp_size") if isinstance(config, dict) else getattr(config, "tp_size", None)
+
+
+__all__ = ["check_os_kernel", "clean_state_dict_for_safetensors", "get_model_tp_size", "convert_bytes", "extract_model_from_parallel", "get_pretty_name",
            "has_compiled_regions", "is_compiled_module", "is_port_in_use", "load", "merge_dicts",
            "recursive_getattr", "save", "write_basic_config"]
