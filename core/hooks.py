@@ -3,6 +3,7 @@
 mechanism acc's big-model dispatch uses too; this module hands its names on.
 """
 
+from acc.big_model.casting import LayerwiseCastingHook, attach_layerwise_casting_hooks
 from acc.big_model.module_hooks import (
     AlignDevicesHook,
     CpuOffload,
@@ -19,6 +20,7 @@ from acc.big_model.module_hooks import (
 )
 
 __all__ = [
+    "LayerwiseCastingHook", "attach_layerwise_casting_hooks",
     "AlignDevicesHook", "CpuOffload", "ModelHook", "PrefixedDataset", "SequentialHook", "UserCpuOffloadHook",
     "add_hook_to_module", "attach_align_device_hook", "attach_align_device_hook_on_blocks",
     "attach_execution_device_hook", "remove_hook_from_module", "remove_hook_from_submodules",

@@ -24,6 +24,7 @@ Imports the worker runtime (`acc.runtime`), the checkpoint files (`acc.checkpoin
 
 from __future__ import annotations
 
+from acc.big_model.casting import LayerwiseCastingHook, attach_layerwise_casting_hooks
 from acc.big_model.dispatch import (
     cpu_offload,
     cpu_offload_with_hook,
@@ -56,6 +57,9 @@ from acc.big_model.planner import (
     infer_auto_device_map,
 )
 from acc.big_model.sizes import compute_module_sizes, largest_unit, parse_memory
+from acc.compat.parallelism_objects import (
+    refuse_recurrent_layers_under_sequence_parallelism as _refuse_recurrent_layers_under_sequence_parallelism,  # noqa: F401  (Accelerate's private name, imported by its tests)
+)
 from acc.runtime.empty_weights import init_empty_weights, init_on_device
 
 __all__ = [
@@ -65,5 +69,5 @@ __all__ = [
     "DeviceMap", "DeviceMapError", "check_device_map", "compute_module_sizes", "cpu_offload", "disk_offload",
     "dispatch_model", "get_balanced_memory", "get_max_memory", "infer_auto_device_map", "init_empty_weights",
     "init_on_device", "largest_unit", "load_checkpoint_and_dispatch", "load_checkpoint_in_model", "parse_memory",
-    "read_safetensors_index", "remove_hooks",
+    "read_safetensors_index", "remove_hooks", "LayerwiseCastingHook", "attach_layerwise_casting_hooks",
 ]

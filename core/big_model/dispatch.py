@@ -235,6 +235,7 @@ class MaterializeHook(ModelHook):
     """Before the forward: put a module's offloaded tensors on the execution device; after: placeholders back."""
 
     offload = True  # its module's weights live elsewhere between forwards (acc.big_model.offloaded asks)
+    restore_on_detach = True  # remove_hooks (a re-dispatch) turns it off: the tensors then stay on the meta device
 
     def __init__(self, slots: list[tuple[nn.Module, str, bool, Source]], device: torch.device):
         self.slots, self.execution_device, self.depth = slots, device, 0
@@ -261,8 +262,28 @@ class MaterializeHook(ModelHook):
     def on_error(self, module: nn.Module) -> None:  # also when the forward raised: release the weights
         self.depth -= 1
         if self.depth == 0:
-            for (owner, attr, is_param, _), placeholder in zip(self.slots, self.placeholders):
-                (owner._parameters if is_param else owner._buffers)[attr] = placeholder
+            self._release()
+
+    def init_hook(self, module: nn.Module) -> nn.Module:
+        """Attached (again, after `add_hook_to_module(..., append=True)` detached it): placeholders in place."""
+        if self.depth == 0:
+            self._release()
+        return module
+
+    def _release(self) -> None:
+        for (owner, attr, is_param, _), placeholder in zip(self.slots, self.placeholders):
+            (owner._parameters if is_param else owner._buffers)[attr] = placeholder
+
+    def detach_hook(self, module: nn.Module) -> nn.Module:
+        """Removed by `remove_hook_from_module`: the module's tensors get their values back, in CPU memory (as
+        Accelerate's offloading hooks do), so the model runs without the hook."""
+        if not self.restore_on_detach:
+            return module
+        for (owner, attr, is_param, source), placeholder in zip(self.slots, self.placeholders):
+            value = source.read() if isinstance(source, TensorRecord) else source.detach().to("cpu")
+            (owner._parameters if is_param else owner._buffers)[attr] = \
+                nn.Parameter(value, requires_grad=placeholder.requires_grad) if is_param else value
+        return module
 
 
 class _MoveInputs(ModelHook):
@@ -299,6 +320,8 @@ def remove_hooks(model: nn.Module) -> None:
     tensors stay on the meta device). `acc.hooks.remove_hook_from_module(model, recurse=True)` removes
     them as well, with every other hook."""
     for module, hook in model.__dict__.pop(_HOOKS, []):
+        if isinstance(hook, MaterializeHook):
+            hook.restore_on_detach = False
         _remove_one(module, hook)
 
 

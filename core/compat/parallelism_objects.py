@@ -265,5 +265,21 @@ class ParallelismConfig:
                 if k != "device_mesh"}
 
 
+
+def refuse_recurrent_layers_under_sequence_parallelism(model: Any) -> None:
+    """Sequence parallelism (DeepSpeed's Ulysses) gathers the whole sequence before attention, which linear-attention
+    layers bypass: each rank would restart their recurrent state and the gradients would be wrong without failing.
+    A transformers model whose config lists such layers (`layer_types` with "linear_attention") is refused."""
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    recurrent = sorted({kind for kind in getattr(config, "layer_types", None) or [] if "linear_attention" in kind})
+    if recurrent:
+        raise ValueError(f"Sequence parallelism does not support attention layers of type {recurrent} (model "
+                         f"{type(model).__name__}): they carry a recurrent state along the sequence outside the "
+                         "attention interface, so sharding the sequence would restart it on every rank and give wrong "
+                         "gradients silently. Use a full-attention model, or turn sequence parallelism off.")
+
+
 __all__ = ["DeepSpeedSequenceParallelConfig", "ParallelismConfig", "TorchContextParallelConfig",
-           "TorchTensorParallelConfig"]
+           "TorchTensorParallelConfig",
+           "refuse_recurrent_layers_under_sequence_parallelism"]

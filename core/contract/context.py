@@ -61,7 +61,7 @@ class LiveObjects:
     script let go of is freed, the run does not keep it alive). Iterating, indexing and `len` see live ones only."""
 
     def __init__(self) -> None:
-        self._refs: list[weakref.ref] = []
+        self._refs: list[weakref.ref[Any]] = []
 
     def _live(self) -> list[Any]:
         objects = [r() for r in self._refs]
@@ -97,7 +97,7 @@ class LiveObjects:
     def __bool__(self) -> bool:
         return bool(self._live())
 
-    def __reduce__(self) -> tuple:  # weak references do not travel: a copy starts empty
+    def __reduce__(self) -> tuple[type, tuple[()]]:  # weak references do not travel: a copy starts empty
         return (type(self), ())
 
 

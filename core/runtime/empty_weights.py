@@ -26,29 +26,22 @@ def init_empty_weights(include_buffers: bool = False) -> Iterator[None]:
 def init_on_device(device: torch.device | str, include_buffers: bool = False) -> Iterator[None]:
     """Modules built inside register their parameters (and with `include_buffers` their buffers) on `device`."""
     device = torch.device(device)
+    if include_buffers:  # every tensor factory defaults to the device: nothing to patch (as Accelerate on torch 2)
+        with device:
+            yield
+        return
     register_parameter = nn.Module.register_parameter
-    register_buffer = nn.Module.register_buffer
 
     def on_device_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         register_parameter(module, name, param)
         if param is not None and param.device != device:  # a parameter already moved (tied) is kept as is
             module._parameters[name] = _moved(param, device)
 
-    def on_device_buffer(module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
-        register_buffer(module, name, tensor, persistent=persistent)
-        if tensor is not None and tensor.device != device:
-            module._buffers[name] = tensor.to(device)
-
     nn.Module.register_parameter = on_device_parameter  # type: ignore[method-assign]
-    if include_buffers:
-        nn.Module.register_buffer = on_device_buffer  # type: ignore[method-assign]
-    default = torch.device(device) if include_buffers else contextlib.nullcontext()
     try:
-        with default:
-            yield
+        yield
     finally:
         nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
-        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
 
 
 def _moved(param: nn.Parameter, device: torch.device) -> nn.Parameter:
