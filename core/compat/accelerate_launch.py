@@ -128,7 +128,8 @@ FLAGS: dict[str, Flag] = {
         "fsdp_version", "fsdp_offload_params", "fsdp_min_num_params", "fsdp_sharding_strategy",
         "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap",
         "fsdp_backward_prefetch", "fsdp_state_dict_type", "fsdp_forward_prefetch", "fsdp_use_orig_params",
-        "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states", "fsdp_activation_checkpointing")},
+        "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states", "fsdp_activation_checkpointing",
+        "fsdp_activation_checkpointing_offload")},
     **{f"megatron_lm_{name}": _no(MEGATRON) for name in (
         "tp_degree", "use_custom_fsdp", "no_load_optim", "eod_mask_loss", "overlap_cpu_optimizer_d2h_h2d",
         "no_save_optim", "optimizer_cpu_offload", "use_precision_aware_optimizer", "decoder_last_pipeline_num_layers",
@@ -218,6 +219,11 @@ def translate_launch_args(args: list[str], value_flags: set[str] | frozenset[str
         key = canonical(name) if name.startswith("--") else SHORT.get(name)
         spec = FLAGS.get(key) if key else None
         dashed = "--" + key.replace("_", "-") if key and name.startswith("--") else name
+        if key == "main_process_port" and (inline if eq else (args[i + 1] if i + 1 < len(args) else "")) == "0":
+            take()  # Accelerate's 0: a free port on one machine, which is what acc picks without the flag
+            tr.notes.append(f"{name} 0: acc picks a free port (its default on one machine)")
+            i += 1
+            continue
         if spec is None or (dashed in known and spec.kind not in ("tee", "processes")):
             # acc's own option (or its underscore spelling); anything else is left for click to refuse
             option = dashed if dashed in known else name
@@ -352,7 +358,7 @@ FSDP_KEYS = (
     "fsdp_version", "fsdp_offload_params", "fsdp_min_num_params", "fsdp_sharding_strategy", "fsdp_reshard_after_forward",
     "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_backward_prefetch", "fsdp_state_dict_type",
     "fsdp_forward_prefetch", "fsdp_use_orig_params", "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states",
-    "fsdp_activation_checkpointing", "fsdp_ignored_modules",
+    "fsdp_activation_checkpointing", "fsdp_activation_checkpointing_offload", "fsdp_ignored_modules",
 )
 
 
@@ -465,8 +471,8 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
             wanted = as_bool(raw, where)
             if wanted or "fsdp_from_rank0" not in out:
                 out["fsdp_from_rank0"] = (wanted, where)
-    off_only("fsdp_activation_checkpointing", "acc has no activation-checkpointing setting yet; use "
-             "torch.utils.checkpoint in the model")
+    for key in ("fsdp_activation_checkpointing", "fsdp_activation_checkpointing_offload"):
+        off_only(key, "acc has no activation-checkpointing setting yet; use torch.utils.checkpoint in the model")
     if given.get("fsdp_state_dict_type", (None,))[0] is not None:
         raw, where = given["fsdp_state_dict_type"]
         if str(raw).strip().upper() not in ("SHARDED_STATE_DICT", "3"):  # 3: torch's StateDictType value

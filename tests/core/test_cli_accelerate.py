@@ -149,7 +149,7 @@ def test_a_backend_flag_without_a_count_runs_one_process_per_visible_gpu(script)
 def test_accepted_flags_with_no_effect(script):
     plain = dry("--multi_gpu", "--num_processes", "2", str(script))
     quiet = dry("--multi_gpu", "--num_processes", "2", "--same_network", "--quiet", "--gpu_ids", "all",
-                "--main_training_function", "main", str(script))
+                "--main_training_function", "main", "--main_process_port", "0", str(script))  # 0: a free port
     assert plain == quiet
 
 
@@ -247,6 +247,7 @@ ACCELERATE_OPTIONS = {
     "--fsdp_transformer_layer_cls_to_wrap": False, "--fsdp_backward_prefetch": False, "--fsdp_state_dict_type": False,
     "--fsdp_forward_prefetch": False, "--fsdp_use_orig_params": False, "--fsdp_cpu_ram_efficient_loading": False,
     "--fsdp_sync_module_states": False, "--fsdp_activation_checkpointing": False,
+    "--fsdp_activation_checkpointing_offload": False,
     **{f"--megatron_lm_{n}": False for n in (
         "tp_degree", "use_custom_fsdp", "no_load_optim", "eod_mask_loss", "overlap_cpu_optimizer_d2h_h2d",
         "no_save_optim", "optimizer_cpu_offload", "use_precision_aware_optimizer", "decoder_last_pipeline_num_layers",
@@ -272,9 +273,15 @@ GOOD_VALUES = {"--mixed_precision": "bf16", "--main_process_ip": "127.0.0.1", "-
 
 
 def test_the_list_has_all_of_accelerate_s_options():
-    # 122 options + -h/--help + the script and its arguments: the 125 add_argument calls of launch_command_parser
-    # (a grep for "add_argument(" finds 127 lines: two are its help formatter's own method)
-    assert len(ACCELERATE_OPTIONS) == 122
+    # 123 options + -h/--help + the script and its arguments: the 126 add_argument calls of Accelerate 1.15's
+    # launch_command_parser (a grep for "add_argument(" finds 128 lines: two are its help formatter's own method)
+    assert len(ACCELERATE_OPTIONS) == 123
+
+
+def test_acc_commands_launch_parser_has_the_same_options_taking_values_as_accelerates():
+    from acc.compat.accelerate_launch_options import all_options
+
+    assert {f"--{o.name}": o.kind == "flag" for o in all_options()} == ACCELERATE_OPTIONS
 
 
 @pytest.mark.parametrize("option", [o for o in ACCELERATE_OPTIONS if o not in ("--config_file", "--module",
