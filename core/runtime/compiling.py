@@ -93,8 +93,8 @@ def _plain_type(module: Any) -> type:
     return mro[2] if len(mro) > 2 and mro[1].__name__ == "FSDPModule" else mro[0]
 
 
-def compile_regions(model: Any, options: dict[str, Any]) -> list[Any]:
-    """Regional compilation: each repeated block of `model` compiled in place (see `repeated_blocks`)."""
+def compile_repeated_blocks(model: Any, options: dict[str, Any]) -> list[Any]:
+    """Regional compilation of a prepared model: each repeated block compiled in place (see `repeated_blocks`)."""
     blocks = repeated_blocks(model)
     if not blocks:
         raise AccError(f"TorchDynamoPlugin(use_regional_compilation=True): {type(model).__name__} has no repeated "
@@ -109,7 +109,7 @@ def compile_prepared(ctx: Any, model: Any, capabilities: Any) -> Any:
     if options is None or hasattr(model, "_orig_mod"):
         return model
     if regional(ctx):
-        compile_regions(model, options)
+        compile_repeated_blocks(model, options)
         return model
     if getattr(capabilities, "compile", "model") == "backend":
         return model
@@ -118,5 +118,72 @@ def compile_prepared(ctx: Any, model: Any, capabilities: Any) -> Any:
     return torch.compile(model, **options)
 
 
+# ---------------------------------------------------------------------------------------------- Accelerate's helpers
+
+
+def is_repeated_blocks(module: Any) -> bool:
+    """Whether `module` is a non-empty ModuleList whose children are all of its first child's class."""
+    import torch
+
+    return isinstance(module, torch.nn.ModuleList) and len(module) > 0 and \
+        all(isinstance(child, type(module[0])) for child in module)
+
+
+def has_repeated_blocks(module: Any) -> bool:
+    """Whether some submodule of `module` (itself included) is such a ModuleList."""
+    return bool(module._modules) and any(is_repeated_blocks(sub) for sub in module.modules())
+
+
+def compile_regions(module: Any, **compile_kwargs: Any) -> Any:
+    """Accelerate's `compile_regions`: a new module in which each block of a repeated ModuleList is compiled on its
+    own (`torch.compile(block, **compile_kwargs)`, so identical blocks share the compiler's cache) and every other
+    leaf region is compiled whole; `module` itself is unchanged. The copy shares parameters with `module`, keeps
+    it as `_orig_mod` (what unwrapping returns), and its methods bound to the instance are bound to the copy."""
+    import types
+
+    import torch
+
+    def copy(node: Any) -> Any:
+        if is_repeated_blocks(node):
+            return torch.nn.ModuleList([torch.compile(block, **compile_kwargs) for block in node])
+        if not has_repeated_blocks(node):
+            return torch.compile(node, **compile_kwargs)
+        twin = type(node).__new__(type(node))
+        twin.__dict__.update(node.__dict__)
+        for name, value in list(twin.__dict__.items()):
+            if isinstance(value, types.MethodType) and value.__self__ is node:
+                twin.__dict__[name] = types.MethodType(value.__func__, twin)  # e.g. a forward set on the instance
+        twin._modules = {}
+        for name, child in node.named_children():
+            twin.add_module(name, copy(child))
+        return twin
+
+    compiled = copy(module)
+    compiled.__dict__.setdefault("_orig_mod", module)
+    return compiled
+
+
+def compile_regions_deepspeed(module: Any, **compile_kwargs: Any) -> None:
+    """As `compile_regions`, in place (`module.compile(...)` on each region: the module object stays, so hooks
+    added to it later still run), for a DeepSpeed engine's module or a model FSDP2 will shard
+    (`compile_regions_fsdp2`, which returns the module)."""
+    if is_repeated_blocks(module):
+        for block in module:
+            block.compile(**compile_kwargs)
+    elif has_repeated_blocks(module):
+        for child in module.children():
+            compile_regions_deepspeed(child, **compile_kwargs)
+    else:
+        module.compile(**compile_kwargs)
+
+
+def compile_regions_fsdp2(module: Any, **compile_kwargs: Any) -> Any:
+    compile_regions_deepspeed(module, **compile_kwargs)
+    return module
+
+
+compile_regions_fsdp2.__doc__ = compile_regions_deepspeed.__doc__
+
 __all__ = ["COMPILE_MODELS", "compile_in_place", "compile_options", "compile_prepared", "compile_regions",
+           "compile_regions_deepspeed", "compile_regions_fsdp2", "compile_repeated_blocks", "has_repeated_blocks", "is_repeated_blocks",
            "compile_units", "regional", "repeated_blocks"]

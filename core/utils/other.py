@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from acc.logging import get_logger
+from acc.runtime.compiling import (  # noqa: F401  (Accelerate's names here)
+    compile_regions,
+    compile_regions_deepspeed,
+    compile_regions_fsdp2,
+    has_repeated_blocks,
+    is_repeated_blocks,
+)
 
 logger = get_logger(__name__)
 
@@ -269,6 +276,7 @@ def get_model_tp_size(model: Any) -> int | None:
     return config.get("tp_size") if isinstance(config, dict) else getattr(config, "tp_size", None)
 
 
-__all__ = ["check_os_kernel", "clean_state_dict_for_safetensors", "get_model_tp_size", "convert_bytes", "extract_model_from_parallel", "get_pretty_name",
+__all__ = ["check_os_kernel", "clean_state_dict_for_safetensors", "compile_regions", "compile_regions_deepspeed",
+           "compile_regions_fsdp2", "has_repeated_blocks", "is_repeated_blocks", "get_model_tp_size", "convert_bytes", "extract_model_from_parallel", "get_pretty_name",
            "has_compiled_regions", "is_compiled_module", "is_port_in_use", "load", "merge_dicts",
            "recursive_getattr", "save", "write_basic_config"]

@@ -78,3 +78,36 @@ def test_the_compile_capability_is_checked():
     assert "torch.compile per unit" in Capabilities(compile="backend").describe()
     with pytest.raises(ValueError, match="compile='whole'"):
         Capabilities(compile="whole")
+
+
+class _Twice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+        self.head = nn.Linear(4, 2)
+        self.tag = "original"
+
+    def forward(self, x):
+        self.seen = self.tag
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_accelerates_compile_regions_returns_a_compiled_twin_and_leaves_the_model_alone():
+    import types
+
+    from acc.utils import compile_regions, has_repeated_blocks, is_repeated_blocks
+
+    model, x = _Twice(), torch.randn(3, 4)
+    model.forward = types.MethodType(lambda self, x: type(self).forward(self, x), model)  # bound to the instance
+    twin = compile_regions(model, backend="eager")
+    twin.tag = "twin"
+    assert twin is not model and twin._orig_mod is model
+    assert twin.__dict__["forward"].__self__ is twin  # rebound: the twin's forward runs on the twin
+    assert [type(b).__name__ for b in twin.blocks] == ["OptimizedModule"] * 2
+    assert type(twin.head).__name__ == "OptimizedModule" and type(model.head) is nn.Linear
+    torch.testing.assert_close(twin(x), model.head(model.blocks[1](model.blocks[0](x))))
+    assert twin.seen == "twin" and not hasattr(model, "seen")
+    assert twin.blocks[0]._orig_mod.weight is model.blocks[0].weight  # parameters shared, not copied
+    assert is_repeated_blocks(model.blocks) and has_repeated_blocks(model) and not has_repeated_blocks(model.head)
