@@ -19,8 +19,9 @@ class MultiProcessAdapter(logging.LoggerAdapter):
             return
         if not main_process_only:
             msg = f"[rank {rank}] {msg}"
-        # the record names the caller's file and line: one frame above this adapter (logging's own are skipped)
-        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+        # the record names the caller's file and line: one frame above this adapter (logging's own are skipped);
+        # a stacklevel the caller gives counts from this adapter, as in Accelerate
+        kwargs.setdefault("stacklevel", 2)
         self.logger.log(level, msg, *args, **kwargs)
 
 

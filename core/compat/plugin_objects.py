@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
+from acc.compat.environment import clear_environment, str_to_bool
 from acc.contract.enums import DynamoBackend
 from acc.contract.kwargs import KwargsHandler
 from acc.errors import AccError
@@ -330,6 +331,18 @@ class TorchDynamoPlugin(KwargsHandler):
     use_regional_compilation: Optional[bool] = None
 
     def __post_init__(self) -> None:
+        # Accelerate's launcher hands its choice over in ACCELERATE_DYNAMO_* variables: a field left None takes
+        # the variable's value when it is set (acc's own launcher sets none of them)
+        env = {name: os.environ.get(f"ACCELERATE_DYNAMO_{name}") for name in
+               ("BACKEND", "MODE", "USE_FULLGRAPH", "USE_DYNAMIC", "USE_REGIONAL_COMPILATION")}
+        if self.backend is None and env["BACKEND"] is not None:
+            self.backend = env["BACKEND"]
+        if self.mode is None and env["MODE"] is not None:
+            self.mode = env["MODE"]
+        for field_name, key in (("fullgraph", "USE_FULLGRAPH"), ("dynamic", "USE_DYNAMIC"),
+                                ("use_regional_compilation", "USE_REGIONAL_COMPILATION")):
+            if getattr(self, field_name) is None and env[key] is not None:
+                setattr(self, field_name, str_to_bool(env[key]) == 1)
         if self.backend is not None:
             self.backend = DynamoBackend(str(getattr(self.backend, "value", self.backend)).upper())
 
@@ -341,7 +354,8 @@ class TorchDynamoPlugin(KwargsHandler):
 
     def to_kwargs(self) -> dict[str, Any]:
         """torch.compile's keyword arguments that differ from the defaults (use_regional_compilation is not one)."""
-        default = TorchDynamoPlugin().to_dict()
+        with clear_environment():  # the defaults are the fields' own, whatever the variables say
+            default = TorchDynamoPlugin().to_dict()
         mine = self.to_dict()
         mine.pop("use_regional_compilation")
         return {k: v for k, v in mine.items() if v != default[k]}

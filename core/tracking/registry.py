@@ -6,7 +6,7 @@ an install command for a tracker that is not installed. Torch-free."""
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, MutableMapping
 
 from acc.assembly.plugins import PluginInfo, _discover, module_available, plugin_requires
 from acc.errors import did_you_mean
@@ -73,9 +73,14 @@ def _missing_modules(cls: type) -> list[str]:
     return [m for m in plugin_requires(cls) if not module_available(m)]
 
 
-class _TrackerClasses(Mapping):
+class _TrackerClasses(MutableMapping):
     """Accelerate's `LOGGER_TYPE_TO_CLASS`: tracker name -> class, over the installed and registered trackers
-    (a class is imported when it is looked up)."""
+    (a class is imported when it is looked up). Setting a name registers a class (as `register_tracker_class`
+    does, unchecked); deleting one (or `clear()`) takes it out of this mapping, so a test can snapshot and
+    restore it as Accelerate's tests do with their dict."""
+
+    def __init__(self) -> None:
+        self._hidden: set[str] = set()  # installed trackers deleted from the mapping
 
     def __getitem__(self, name: Any) -> type:
         name = plain_name(name)
@@ -83,12 +88,29 @@ class _TrackerClasses(Mapping):
             raise KeyError(name)
         return _class_for(name)
 
+    def __setitem__(self, name: Any, tracker_class: type) -> None:
+        name = plain_name(name)
+        _REGISTERED[name] = tracker_class
+        self._hidden.discard(name)
+
+    def __delitem__(self, name: Any) -> None:
+        name = plain_name(name)
+        if name not in self:
+            raise KeyError(name)
+        _REGISTERED.pop(name, None)
+        if name in installed_trackers():
+            self._hidden.add(name)
+
+    def clear(self) -> None:
+        _REGISTERED.clear()
+        self._hidden.update(installed_trackers())
+
     def __contains__(self, name: object) -> bool:
         name = plain_name(name)
-        return name in _REGISTERED or name in installed_trackers()
+        return name in _REGISTERED or (name in installed_trackers() and name not in self._hidden)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*installed_trackers(), *_REGISTERED]))
+        return iter([n for n in dict.fromkeys([*installed_trackers(), *_REGISTERED]) if n in self])
 
     def __len__(self) -> int:
         return len(list(iter(self)))
@@ -111,7 +133,7 @@ def register_tracker_class(tracker_class: type) -> None:
     if tracker_class.name in LOGGER_TYPE_TO_CLASS:
         warnings.warn(f"A tracker with the name '{tracker_class.name}' is already registered and will be overwritten "
                       f"by {tracker_class}.", stacklevel=2)
-    _REGISTERED[tracker_class.name] = tracker_class
+    LOGGER_TYPE_TO_CLASS[tracker_class.name] = tracker_class
 
 
 def get_available_trackers() -> list:

@@ -343,3 +343,21 @@ def test_get_logger_records_the_callers_line(caplog):
         get_logger("acc.test.caller").warning("where am I")
     record = caplog.records[-1]
     assert record.pathname == __file__ and record.lineno == line, (record.pathname, record.lineno)
+
+
+def test_a_stacklevel_given_to_get_logger_counts_from_its_adapter(caplog):
+    import inspect
+    import logging
+
+    from acc.logging import get_logger
+
+    class Wrapper(logging.LoggerAdapter):  # a user's wrapper that names its own caller's line
+        def log(self, level, msg, *args, **kwargs):
+            kwargs["stacklevel"] = 3
+            self.logger.log(level, msg, *args, **kwargs)
+
+    with caplog.at_level("WARNING"):
+        line = inspect.currentframe().f_lineno + 1
+        Wrapper(get_logger("acc.test.wrapped"), {}).warning("wrapped")
+    record = caplog.records[-1]
+    assert record.pathname == __file__ and record.lineno == line, (record.pathname, record.lineno)

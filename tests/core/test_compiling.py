@@ -111,3 +111,16 @@ def test_accelerates_compile_regions_returns_a_compiled_twin_and_leaves_the_mode
     assert twin.seen == "twin" and not hasattr(model, "seen")
     assert twin.blocks[0]._orig_mod.weight is model.blocks[0].weight  # parameters shared, not copied
     assert is_repeated_blocks(model.blocks) and has_repeated_blocks(model) and not has_repeated_blocks(model.head)
+
+
+def test_the_dynamo_plugin_takes_accelerates_launcher_variables_for_fields_left_unset(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "aot_eager")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    assert TorchDynamoPlugin().to_kwargs() == {"backend": "aot_eager", "mode": "reduce-overhead", "fullgraph": True}
+    given = TorchDynamoPlugin(backend="eager", fullgraph=False)  # a field given wins over the variable
+    assert given.to_kwargs() == {"backend": "eager", "mode": "reduce-overhead", "fullgraph": False}
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND")
+    monkeypatch.delenv("ACCELERATE_DYNAMO_MODE")
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_FULLGRAPH")
+    assert TorchDynamoPlugin().to_kwargs() == {} and TorchDynamoPlugin().backend is None

@@ -189,6 +189,23 @@ def test_accelerates_registry_names_work(tmp_path):
         registry._REGISTERED.pop("registered_tracker", None)
 
 
+def test_the_registry_snapshots_and_restores_as_a_dict_does():
+    class Shadow(Recorder):
+        name = "shadow_tracker"
+
+    snapshot = dict(LOGGER_TYPE_TO_CLASS)
+    assert "jsonl" in snapshot and "shadow_tracker" not in snapshot
+    register_tracker_class(Shadow)
+    with pytest.warns(UserWarning, match="'shadow_tracker' is already registered"):
+        register_tracker_class(Shadow)
+    LOGGER_TYPE_TO_CLASS.clear()
+    assert len(LOGGER_TYPE_TO_CLASS) == 0 and "jsonl" not in LOGGER_TYPE_TO_CLASS
+    LOGGER_TYPE_TO_CLASS.update(snapshot)
+    assert dict(LOGGER_TYPE_TO_CLASS) == snapshot  # the tracker registered in between is gone, jsonl is back
+    with pytest.raises(KeyError):
+        del LOGGER_TYPE_TO_CLASS["shadow_tracker"]
+
+
 def test_accelerates_tracker_classes_import_by_name_and_building_a_missing_one_says_what_to_install():
     from acc.tracking import GeneralTracker, JSONLinesTracker, TensorBoardTracker
 
