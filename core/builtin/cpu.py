@@ -201,6 +201,10 @@ def acc_load_checkpoint(ctx: RunContext, directory: Any, models: list, optimizer
 
 @hookimpl(trylast=True)
 def acc_model_state_dict(ctx: RunContext, model: Any) -> dict:
+    from acc.big_model.offloaded import get_state_dict_offloaded_model, has_offloaded_params
+
+    if any(has_offloaded_params(m) for m in model.modules()):  # dispatched with offload: weights read back
+        return get_state_dict_offloaded_model(model)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 

@@ -79,8 +79,10 @@ class Checkpointer:
         """Call `hook(models, weights, output_dir)` in `save_state` before anything is written.
 
         `models` are the prepared models, `weights` their state dicts; a hook that saves a model itself (e.g.
-        `save_pretrained`) removes its entry from `weights`, and acc then does not write that model. Returns a
-        handle whose `remove()` unregisters the hook.
+        `save_pretrained`) removes its entry from `weights`, and acc then does not write that model. `output_dir`
+        is the checkpoint's directory while it is written (`.NAME.tmp-...` beside the one asked for, renamed to it
+        once complete): what the hook writes there is published with the checkpoint and listed in its manifest.
+        Returns a handle whose `remove()` unregisters the hook.
         """
         from torch.utils.hooks import RemovableHandle
 
@@ -142,7 +144,6 @@ class Checkpointer:
         else:
             final = Path(output_dir)
         ckpt.finish_removals()  # the previous save's replaced checkpoint is deleted before this one is written
-        models = self._models_to_save(final)
         tmp, problem = None, None
         if self.is_main_process:
             try:
@@ -155,6 +156,10 @@ class Checkpointer:
         if problem:
             raise CheckpointError(problem)
         tmp = Path(tmp)  # the directory exists for everyone (shared file system)
+        # save hooks write into the directory that becomes output_dir, so their files are published with it
+        models = self._models_to_save(tmp)
+        from_hooks = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()) \
+            if self.is_main_process and self.prepared.save_hooks else []
 
         # every failure while writing is collective: all processes learn of it, nothing is published, all raise
         mine: dict[str, Any] = {}
@@ -163,7 +168,7 @@ class Checkpointer:
         current = "the backend's model and optimizer files"
         try:
             with hashed_io.recording() as record:  # files written through the SDK are hashed and fsynced as written
-                written = list(self._hooks.acc_save_checkpoint(
+                written = from_hooks + list(self._hooks.acc_save_checkpoint(
                     ctx=self.ctx, directory=tmp, models=[self.unwrap_model(m) for m in models],
                     optimizers=[o.optimizer for o in self.prepared.optimizers]) or [])
                 current = RNG_FILE.format(rank=self.process_index)
@@ -428,12 +433,12 @@ class Checkpointer:
 
     def save_model(self, model: Any, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
                    safe_serialization: bool = True) -> None:
-        """Write the unwrapped model's weights as safetensors (sharded with an index file when large)."""
-        if not safe_serialization:
-            raise ValueError("acc saves models as safetensors only (safe_serialization=True)")
+        """Write the unwrapped model's weights as safetensors (sharded with an index file when large), or with
+        `safe_serialization=False` as Accelerate's torch.save files (pytorch_model*.bin; acc loads them with
+        weights_only=True)."""
         state = self.get_state_dict(model)
         if self.is_main_process:
-            write_sharded(state, Path(save_directory), parse_size(max_shard_size))
+            write_sharded(state, Path(save_directory), parse_size(max_shard_size), safe=safe_serialization)
         self.ctx.communicator.barrier()
 
     def save(self, obj: Any, path: str | os.PathLike) -> None:
@@ -455,9 +460,19 @@ def parse_size(size: int | str) -> int:
     return int(text)
 
 
-def write_sharded(state: dict[str, torch.Tensor], directory: Path, max_bytes: int) -> list[str]:
-    """`model.safetensors`, or `model-0000i-of-0000n.safetensors` + `model.safetensors.index.json`."""
+def write_sharded(state: dict[str, torch.Tensor], directory: Path, max_bytes: int, safe: bool = True) -> list[str]:
+    """`model.safetensors`, or `model-0000i-of-0000n.safetensors` + `model.safetensors.index.json`; with
+    `safe=False` Accelerate's torch.save names: `pytorch_model.bin`, or `pytorch_model-0000i-of-0000n.bin` +
+    `pytorch_model.bin.index.json`."""
     directory.mkdir(parents=True, exist_ok=True)
+    stem, suffix = ("model", ".safetensors") if safe else ("pytorch_model", ".bin")
+
+    def write(tensors: dict[str, torch.Tensor], path: Path) -> None:
+        if safe:
+            ckpt.save_tensors(tensors, path)
+        else:
+            torch.save({k: v.detach().contiguous() for k, v in tensors.items()}, path)
+
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, tensor in state.items():
@@ -468,17 +483,17 @@ def write_sharded(state: dict[str, torch.Tensor], directory: Path, max_bytes: in
         shards[-1][name] = tensor
         size += nbytes
     if len(shards) == 1:
-        ckpt.save_tensors(shards[0], directory / "model.safetensors")
-        return ["model.safetensors"]
+        write(shards[0], directory / f"{stem}{suffix}")
+        return [f"{stem}{suffix}"]
     names, weight_map = [], {}
     for i, shard in enumerate(shards, 1):
-        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        ckpt.save_tensors(shard, directory / name)
+        name = f"{stem}-{i:05d}-of-{len(shards):05d}{suffix}"
+        write(shard, directory / name)
         names.append(name)
         weight_map.update({k: name for k in shard})
     total = sum(t.numel() * t.element_size() for t in state.values())
-    run_manifest.write_json(directory / "model.safetensors.index.json", {"metadata": {"total_size": total},
-                                                                "weight_map": weight_map})
+    run_manifest.write_json(directory / f"{stem}{suffix}.index.json", {"metadata": {"total_size": total},
+                                                                     "weight_map": weight_map})
     return names
 
 

@@ -256,6 +256,36 @@ def test_save_model_shards_with_an_index(fresh_pm, tmp_path):
     assert index["metadata"]["total_size"] == sum(t.numel() * 4 for t in merged.values())
 
 
+@pytest.mark.parametrize("shard", [None, "20KB"])
+def test_save_model_without_safe_serialization_writes_accelerates_torch_files(fresh_pm, tmp_path, shard):
+    from acc.big_modeling import load_checkpoint_in_model
+
+    acc = Accelerator(plugin_manager=fresh_pm)
+    model = acc.prepare(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]))
+    acc.save_model(model, tmp_path / "m", safe_serialization=False, **({"max_shard_size": shard} if shard else {}))
+    names = sorted(p.name for p in (tmp_path / "m").iterdir())
+    if shard is None:
+        assert names == ["pytorch_model.bin"]
+    else:
+        assert names == [f"pytorch_model-0000{i}-of-00004.bin" for i in range(1, 5)] + ["pytorch_model.bin.index.json"]
+    fresh = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+    load_checkpoint_in_model(fresh, str(tmp_path / "m"))
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
+
+
+def test_save_model_reads_an_offloaded_models_weights_back(fresh_pm, tmp_path):
+    from acc.big_modeling import cpu_offload
+
+    acc = Accelerator(plugin_manager=fresh_pm)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    cpu_offload(model, execution_device="cpu")
+    assert all(p.is_meta for p in model.parameters())
+    acc.save_model(model, tmp_path / "m")
+    saved = load_file(str(tmp_path / "m" / "model.safetensors"))
+    assert saved.keys() == expected.keys() and all(torch.equal(saved[k], expected[k]) for k in expected)
+
+
 def test_tied_weights_are_saved_and_reload(fresh_pm, tmp_path):
     acc = Accelerator(plugin_manager=fresh_pm)
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
@@ -279,26 +309,27 @@ def test_save_and_load_hooks_can_take_a_model_over(fresh_pm, tmp_path):
     calls = []
 
     def save_hook(models, weights, output_dir):
-        calls.append(("save", len(models), len(weights), Path(output_dir).name))
-        for m in models:
-            torch.save(acc.unwrap_model(m).state_dict(), Path(tmp_path) / "own_weights.pt")
+        calls.append(("save", len(models), len(weights), Path(output_dir).name.split(".tmp-")[0]))
+        for m in models:  # written into the checkpoint's directory: published with it
+            torch.save(acc.unwrap_model(m).state_dict(), Path(output_dir) / "own_weights.pt")
             weights.pop()
 
     def load_hook(models, input_dir):
         calls.append(("load", len(models), Path(input_dir).name))
         while models:
             m = models.pop()
-            acc.unwrap_model(m).load_state_dict(torch.load(Path(tmp_path) / "own_weights.pt"))
+            acc.unwrap_model(m).load_state_dict(torch.load(Path(input_dir) / "own_weights.pt"))
 
     handles = [acc.register_save_state_pre_hook(save_hook), acc.register_load_state_pre_hook(load_hook)]
     saved = {k: v.clone() for k, v in acc.unwrap_model(model).state_dict().items()}
     directory = acc.save_state(tmp_path / "c")
-    assert "model_0.safetensors" not in json.loads((directory / "manifest.json").read_text())["files"]
+    files = json.loads((directory / "manifest.json").read_text())["files"]
+    assert "model_0.safetensors" not in files and "own_weights.pt" in files
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
     acc.load_state(directory)
-    assert calls == [("save", 1, 1, "c"), ("load", 1, "c")]
+    assert calls == [("save", 1, 1, ".c"), ("load", 1, "c")]
     assert all(torch.equal(saved[k], v) for k, v in acc.unwrap_model(model).state_dict().items())
     for handle in handles:
         handle.remove()
