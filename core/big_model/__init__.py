@@ -16,7 +16,8 @@ The hooks are `acc.hooks` ModelHooks (Accelerate's mechanism): `acc.hooks.remove
 recurse=True)` removes them, `remove_hooks(model)` removes only these. `cpu_offload_with_hook` moves a
 whole model to the execution device at its forward (diffusers' model CPU offload).
 
-`acc.big_modeling` is this module under Accelerate's name.
+`acc.big_modeling` is this module under Accelerate's name. `estimate` holds what `acc estimate-memory` and
+Accelerate's `estimate_command` compute for a model built on the meta device.
 
 Imports the worker runtime (`acc.runtime`), the checkpoint files (`acc.checkpointing`) and the contract;
 `acc.hooks` and `acc.big_modeling` are Accelerate's faces over it, and `acc.utils.modeling` hands on its names.
