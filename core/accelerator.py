@@ -26,6 +26,7 @@ from acc.contract.kwargs import AutocastKwargs, DataLoaderConfiguration, Gradien
 from acc.errors import AccError
 from acc.runtime.arguments import note_once, read_arguments
 from acc.runtime.collectives import CollectivesMixin
+from acc.runtime.containers import compiled_around, is_compiled_module, strip_containers
 from acc.runtime.data.loader import DataSettings, PreparedDataLoader
 from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
 from acc.runtime.init_module import check_empty_init, check_meta_models, has_meta
@@ -416,19 +417,16 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
         return compile_prepared(self.ctx, model, self._runtime.capabilities)
 
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> Any:
-        """The user's module without the backend's wrapper (and without the autocast forward, if asked).
-
-        A compiled model comes back compiled (`keep_torch_compile`) only when the backend had not wrapped it;
-        otherwise the inner module is returned (Accelerate would re-point the compiled wrapper at the inner
-        module, which also stops the prepared model from synchronising).
-        """
-        compiled = model if hasattr(model, "_orig_mod") else None
+        """The user's module without the backend's wrapper or other containers (DDP, DataParallel, ...), and
+        without the autocast forward if asked. A compiled model comes back compiled (`keep_torch_compile`): the
+        same object when it wraps the module itself, else a compiled wrapper of the module with its settings
+        (the prepared model is not changed, so it keeps synchronising)."""
+        compiled = model if is_compiled_module(model) else None
         inner = self._hooks.acc_unwrap_model(ctx=self.ctx, model=model if compiled is None else compiled._orig_mod)
+        inner = strip_containers(inner)
         if not keep_fp32_wrapper:
             Precision.unpatch(inner)
-        if compiled is not None and keep_torch_compile and inner is compiled._orig_mod:
-            return compiled
-        return inner
+        return compiled_around(compiled, inner) if compiled is not None and keep_torch_compile else inner
 
     def set_trigger(self) -> None:
         """Raise this process's flag; `check_trigger` on every process then returns True (e.g. early stopping)."""

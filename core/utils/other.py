@@ -7,7 +7,6 @@ import collections
 import functools
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from acc.runtime.compiling import (  # noqa: F401  (Accelerate's names here)
     has_repeated_blocks,
     is_repeated_blocks,
 )
+from acc.runtime.containers import is_compiled_module, optimized_module_class, strip_containers
 
 logger = get_logger(__name__)
 
@@ -30,14 +30,7 @@ def _process_indices() -> tuple[int, int]:
 
 
 def _optimized_module_class() -> Any:
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # nothing was compiled if dynamo never loaded
-    return getattr(eval_frame, "OptimizedModule", None)
-
-
-def is_compiled_module(module: Any) -> bool:
-    """Whether `module` is what `torch.compile(model)` returned (an OptimizedModule)."""
-    cls = _optimized_module_class()
-    return cls is not None and isinstance(module, cls)
+    return optimized_module_class()
 
 
 def has_compiled_regions(module: Any) -> bool:
@@ -45,27 +38,6 @@ def has_compiled_regions(module: Any) -> bool:
     cls = _optimized_module_class()
     return cls is not None and bool(getattr(module, "_modules", None)) and \
         any(isinstance(sub, cls) for sub in module.modules())
-
-
-def _wrapper_classes() -> tuple[type, ...]:
-    from torch.nn import DataParallel
-    from torch.nn.parallel import DistributedDataParallel
-
-    classes: list[type] = [DistributedDataParallel, DataParallel]
-    if "deepspeed" in sys.modules:  # an engine exists only if deepspeed was imported
-        try:
-            from deepspeed import DeepSpeedEngine
-
-            classes.append(DeepSpeedEngine)
-        except ImportError:  # pragma: no cover
-            pass
-    try:
-        from torch.distributed.fsdp import FullyShardedDataParallel  # FSDP1 (FSDP2 does not wrap)
-
-        classes.append(FullyShardedDataParallel)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(classes)
 
 
 def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True,
@@ -82,9 +54,7 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
         compiled, model = model, model._orig_mod
     elif has_compiled_regions(model) and "_orig_mod" in model.__dict__:
         compiled, model = model, model.__dict__["_orig_mod"]
-    wrappers = _wrapper_classes()
-    while isinstance(model, wrappers):
-        model = model.module
+    model = strip_containers(model)
     if recursive:
 
         def unwrap(module: Any) -> Any:

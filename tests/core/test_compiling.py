@@ -124,3 +124,15 @@ def test_the_dynamo_plugin_takes_accelerates_launcher_variables_for_fields_left_
     monkeypatch.delenv("ACCELERATE_DYNAMO_MODE")
     monkeypatch.delenv("ACCELERATE_DYNAMO_USE_FULLGRAPH")
     assert TorchDynamoPlugin().to_kwargs() == {} and TorchDynamoPlugin().backend is None
+
+
+def test_unwrapping_a_compiled_container_leaves_the_prepared_model_as_it_is(fresh_pm):
+    acc = Accelerator(plugin_manager=fresh_pm)
+    model = nn.Linear(2, 4)
+    outer = torch.compile(nn.DataParallel(model), backend="eager")
+    kept = acc.unwrap_model(outer, keep_torch_compile=True)
+    assert kept is not outer and kept._orig_mod is model  # a compiled wrapper of the module itself
+    assert isinstance(outer._orig_mod, nn.DataParallel)  # the object the loop runs is not re-pointed
+    assert acc.unwrap_model(outer, keep_torch_compile=False) is model
+    own = torch.compile(model, backend="eager")
+    assert acc.unwrap_model(own) is own  # already around the module: the same object
