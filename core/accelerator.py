@@ -162,7 +162,8 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
         """`AcceleratorState`: a view of this run (`logger.info(accelerator.state)` prints it)."""
         from acc.state import AcceleratorState
 
-        return AcceleratorState()
+        # a view of the current run: made without setting a run up (after `_reset_state()` it says so when read)
+        return AcceleratorState.__new__(AcceleratorState)
 
     @property
     def gradient_state(self) -> Any:

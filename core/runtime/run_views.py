@@ -12,6 +12,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 
+def forgotten_message(state: str, name: str) -> str:
+    """Accelerate's words for a state attribute read after `_reset_state()` forgot the run."""
+    return (f"`{state}` object has no attribute `{name}`. This happens if `{state}._reset_state()` was called and "
+            "an `Accelerator` or `PartialState` was not reinitialized.")
+
+
 class RunViews:
     """Mixed into `acc.accelerator.Accelerator`, which sets `ctx` (the run context), `_runtime`, `_assembly`,
     `dataloader_config` and `_even_batches`."""
@@ -30,25 +36,33 @@ class RunViews:
     def backend(self) -> str:
         return self.ctx.backend
 
+    def _live(self, name: str) -> Any:
+        """The run context, unless `AcceleratorState._reset_state()` forgot this Accelerator's run: then the
+        AttributeError Accelerate raises there."""
+        if getattr(self._runtime, "forgotten", False):
+            raise AttributeError(forgotten_message("AcceleratorState", name))
+        return self.ctx
+
     @property
     def device(self) -> torch.device:
-        return self.ctx.device
+        return self._live("device").device
 
     @property
     def num_processes(self) -> int:
-        return self.ctx.num_processes
+        return self._live("num_processes").num_processes
 
     @property
     def process_index(self) -> int:
-        return self.ctx.process_index
+        return self._live("process_index").process_index
 
     @property
     def local_process_index(self) -> int:
-        return self.ctx.local_process_index
+        return self._live("local_process_index").local_process_index
 
     @property
     def distributed_type(self) -> DistributedType | str:
         """Accelerate's DistributedType of this run, as the backend declares it (e.g. MULTI_CPU, FSDP)."""
+        self._live("distributed_type")
         return self._runtime.distributed_type
 
     @property

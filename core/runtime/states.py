@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from acc.contract.enums import DistributedType
 from acc.runtime import worker as _runtime
 from acc.runtime.process_views import ProcessViews
+from acc.runtime.run_views import forgotten_message
 
 
 def is_initialized() -> bool:
@@ -29,13 +30,38 @@ class PartialState(ProcessViews):
 
     @property
     def _run(self) -> Any:
-        return _runtime.current_or_start()
+        run = _runtime.current()
+        if run is None:  # `_reset_state()` forgot the run and none was set up since: __getattr__ says so
+            raise AttributeError("_run")
+        return run
+
+    _user_attributes: dict[str, Any] = {}  # what scripts set on a state: shared by every instance of the class
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._user_attributes = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)  # a property's own setter (or its AttributeError)
+        else:
+            type(self)._user_attributes[name] = value  # every instance sees it, as Accelerate's shared state
+
+    def __getattr__(self, name: str) -> Any:
+        # reached for a name the class does not define, or when a property found no run
+        if name in type(self)._user_attributes:
+            return type(self)._user_attributes[name]
+        if not name.startswith("__") and _runtime.current() is None and \
+                isinstance(getattr(type(self), name, None), property):
+            raise AttributeError(forgotten_message(type(self).__name__, name))
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     @staticmethod
     def _reset_state() -> None:
         """Forget this process's run, so the next PartialState or Accelerator sets one up anew (Accelerate's test
         helper). The process group stays; nothing of the forgotten run is torn down before exit."""
         _runtime.forget()
+        PartialState._user_attributes.clear()
 
     @property
     def initialized(self) -> bool:
@@ -113,6 +139,9 @@ class AcceleratorState(PartialState):
         configuration apart from the run, so the run itself is forgotten either way (`reset_partial_state` is
         accepted as Accelerate takes it)."""
         _runtime.forget()
+        AcceleratorState._user_attributes.clear()
+        if reset_partial_state:
+            PartialState._user_attributes.clear()
 
     @property
     def mixed_precision(self) -> str:

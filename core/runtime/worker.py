@@ -148,6 +148,9 @@ def current() -> Runtime | None:
 def forget() -> None:
     """Let the next Accelerator or PartialState set a run up anew (Accelerate's `_reset_state`). The process group
     is kept (a new run joins it again); the forgotten run still ends at exit."""
+    runtime = _CURRENT["runtime"]
+    if runtime is not None:
+        runtime.forgotten = True  # what was made from it (an Accelerator, a PartialState) says so when asked
     _CURRENT["runtime"] = None
 
 
