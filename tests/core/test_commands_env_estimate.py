@@ -19,7 +19,6 @@ import acc.commands.estimate as estimate_cmd
 import acc.commands.test as test_cmd
 from acc.contract.version import __version__
 from tests.conftest import ACC, run
-from tests.core.test_test_utils import GAP_DATA_SEED, GAP_RESET, _failed_checks
 
 ACCELERATE_KEYS = ["`Accelerate` version", "Platform", "`accelerate` bash location", "Python version",
                    "Numpy version", "PyTorch version", "PyTorch accelerator", "System RAM", "`Accelerate` configs"]
@@ -357,13 +356,5 @@ def test_test_command_raises_when_the_launched_script_fails(tmp_path, monkeypatc
 
 def test_test_command_runs_accs_test_script_on_one_process(capsys):
     assert test_cmd.test_script_path().is_file()
-    try:
-        test_cmd.test_command(test_cmd.test_command_parser().parse_args([]))
-    except RuntimeError as exc:
-        output = str(exc) + capsys.readouterr().out
-        failed = _failed_checks(output)
-        assert test_cmd.SUCCESS not in output
-        unknown = [f for f in failed if not f.startswith((GAP_DATA_SEED, GAP_RESET))]
-        assert failed and not unknown, output[-6000:]
-        pytest.xfail(f"acc gaps the script finds: {failed}")
+    test_cmd.test_command(test_cmd.test_command_parser().parse_args([]))  # a failing check raises RuntimeError
     assert capsys.readouterr().out.rstrip().endswith(test_cmd.SUCCESS)

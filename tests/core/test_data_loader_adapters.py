@@ -53,3 +53,16 @@ def test_a_prepared_loader_the_script_lets_go_of_is_freed_with_its_accelerator(f
     refs = weakref.ref(accelerator), weakref.ref(loader)
     del accelerator, loader, iterator
     assert [r() for r in refs] == [None, None]  # by reference counting alone: nothing holds them in a cycle
+
+
+def test_a_loader_prepared_again_takes_the_new_data_seed():
+    from acc import Accelerator, DataLoaderConfiguration
+
+    loader = DataLoader(list(range(32)), batch_size=4, shuffle=True)
+
+    def order(seed):
+        prepared = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True,
+                                                                         data_seed=seed)).prepare(loader)
+        return [int(x) for batch in prepared for x in batch]
+
+    assert order(42) == order(42) and order(42) != order(43)

@@ -161,8 +161,8 @@ class PreparedDataLoader:
         self.dispatch = (device is not None and iterable) if dispatch is None else bool(dispatch)
         many = num_processes > 1
         sampler = None if iterable else inner_sampler(loader)
-        if settings.use_seedable_sampler and isinstance(sampler, RandomSampler) \
-                and not isinstance(sampler, SeedableRandomSampler):
+        if settings.use_seedable_sampler and isinstance(sampler, RandomSampler):
+            # a fresh one for this prepare's data_seed (a loader prepared before already holds a seedable one)
             sampler = SeedableRandomSampler(sampler.data_source, replacement=sampler.replacement,
                                             num_samples=sampler._num_samples, generator=sampler.generator,
                                             data_seed=settings.data_seed)
