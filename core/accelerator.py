@@ -100,7 +100,7 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
             parallelism_config=parallelism_config, semantics=semantics)
         self.dynamo_plugin = dynamo_plugin
         self.gradient_accumulation_plugin = args.gradient_accumulation_plugin
-        self.dataloader_config = args.dataloader_config
+        self._dataloader_config = args.dataloader_config
         code, handlers, backend_plugins = args.code, args.handlers, args.backend_plugins
         self._runtime = Runtime(code, handlers, plugin_manager, backend_plugins=backend_plugins)
         self._runtime.accelerator = weakref.ref(self)
@@ -481,21 +481,26 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
     @contextlib.contextmanager
     def join_uneven_inputs(self, joinables: list, even_batches: bool | None = None) -> Iterator[None]:
         """Train on inputs of different lengths per process: processes that run out of data shadow the others'
-        collectives (torch's Join). `even_batches` overrides the prepared loaders' setting meanwhile."""
-        if self.num_processes == 1 or not all(hasattr(j, "join") for j in joinables):
-            if self.num_processes > 1:
-                warnings.warn("join_uneven_inputs: these models cannot join (not DDP-wrapped); running without "
-                              "Join", stacklevel=3)
-            yield
-            return
-        from torch.distributed.algorithms import Join
-
-        shards = [dl._shard for dl in self._dataloaders if getattr(dl, "_shard", None) is not None]
+        collectives (torch's Join). `even_batches` overrides the prepared map-style loaders' setting meanwhile
+        (a warning says when some prepared loaders are iterable: those keep theirs)."""
+        many = self.num_processes > 1
+        shards = [dl._shard for dl in self._dataloaders if getattr(dl, "_shard", None) is not None] if many else []
         saved = [s.even_batches for s in shards]
-        if even_batches is not None:
+        if many and even_batches is not None:
+            if len(shards) < len(self._dataloaders):
+                warnings.warn("Overriding even_batches is only supported for map-style datasets, yet some dataloaders "
+                              "given were iterable", stacklevel=3)
             for shard in shards:
                 shard.even_batches = even_batches
         try:
+            if not many or not all(hasattr(j, "join") for j in joinables):
+                if many:
+                    warnings.warn("join_uneven_inputs: these models cannot join (not DDP-wrapped); running without "
+                                  "Join", stacklevel=3)
+                yield
+                return
+            from torch.distributed.algorithms import Join
+
             with Join(joinables):
                 yield
         finally:

@@ -20,13 +20,31 @@ def forgotten_message(state: str, name: str) -> str:
 
 class RunViews:
     """Mixed into `acc.accelerator.Accelerator`, which sets `ctx` (the run context), `_runtime`, `_assembly`,
-    `dataloader_config` and `_even_batches`."""
+    `_dataloader_config` and `_even_batches`."""
 
     ctx: Any
     _runtime: Any
     _assembly: Any
-    dataloader_config: Any
+    _dataloader_config: Any
     _even_batches: bool
+
+    @property
+    def dataloader_config(self) -> Any:
+        """The DataLoaderConfiguration; one assigned later applies to the loaders prepared after (and to what
+        load_state resumes), as in Accelerate."""
+        return self._dataloader_config
+
+    @dataloader_config.setter
+    def dataloader_config(self, config: Any) -> None:
+        source = "code accelerator.dataloader_config = ..."
+        settings = self.ctx.settings
+        for name, value in (("use_seedable_sampler", bool(config.use_seedable_sampler)),
+                            ("data_seed", config.data_seed),
+                            ("resume_data_position", bool(config.use_stateful_dataloader))):
+            settings = settings.override(name, value, source)
+        self.ctx.settings = settings
+        self._dataloader_config = config
+        self._even_batches = bool(config.even_batches)
 
     @property
     def settings(self) -> Any:

@@ -66,3 +66,16 @@ def test_a_loader_prepared_again_takes_the_new_data_seed():
         return [int(x) for batch in prepared for x in batch]
 
     assert order(42) == order(42) and order(42) != order(43)
+
+
+def test_a_dataloader_config_assigned_later_applies_to_what_is_prepared_after():
+    from acc import Accelerator, DataLoaderConfiguration
+
+    accelerator = Accelerator()
+    assert accelerator.use_stateful_dataloader is False and accelerator.use_seedable_sampler is False
+    accelerator.dataloader_config = DataLoaderConfiguration(use_stateful_dataloader=True, use_seedable_sampler=True,
+                                                            data_seed=7, even_batches=False)
+    assert accelerator.use_stateful_dataloader is True and accelerator.even_batches is False
+    assert accelerator.settings.source("data_seed") == "code accelerator.dataloader_config = ..."
+    prepared = accelerator.prepare(DataLoader(list(range(8)), batch_size=2, shuffle=True))
+    assert type(prepared.sampler).__name__ == "SeedableRandomSampler" and prepared.sampler.initial_seed == 7
