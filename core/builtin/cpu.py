@@ -98,7 +98,13 @@ def acc_setup(ctx: RunContext) -> ProcessInfo:
             "multi-process backend, e.g. ACC_BACKEND=ddp, or run: acc launch --backend ddp --nproc "
             f"{os.environ.get('LOCAL_WORLD_SIZE', world)} script.py"
         )
-    if not ctx.settings["cpu"] and torch.cuda.is_available():
+    chosen = os.environ.get("ACCELERATE_TORCH_DEVICE")  # Accelerate's variable naming the process's device
+    if chosen:
+        device = torch.device(chosen)
+        module = getattr(torch, device.type, None)
+        if device.index is not None and hasattr(module, "set_device"):
+            module.set_device(device)
+    elif not ctx.settings["cpu"] and torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     else:

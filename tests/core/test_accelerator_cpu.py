@@ -240,3 +240,8 @@ def test_zero_grad_passes_set_to_none_only_to_optimizers_that_take_it(accelerato
     model(torch.ones(1, 2)).sum().backward()
     sgd.zero_grad(set_to_none=False)
     assert model.weight.grad is not None and not model.weight.grad.any()
+
+
+def test_accelerates_torch_device_variable_names_the_process_device(monkeypatch, fresh_pm):
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:0")
+    assert str(Accelerator(plugin_manager=fresh_pm).device) == "cpu:0"
