@@ -4,8 +4,8 @@ Accelerate pass on acc ("N of B"), per file. Run by scripts/accelerate-suite.sh,
 The tests come from Accelerate's source distribution (downloaded once into the cache; none of its files are in this
 repository). For the acc run they are rewritten by exactly three rules and nothing else:
 1. `from accelerate` / `import accelerate` at the start of a line (any indentation) become `from acc` / `import acc`;
-2. a string literal starting `accelerate.` on a `patch(...)`, `patch.object(...)` or `patch.dict(...)` line becomes
-   `acc.`;
+2. a string literal starting `accelerate.` on a `patch(...)`, `patch.object(...)`, `patch.dict(...)` or
+   `assertLogs(...)` line (a module path: what is patched, or the logger named after a module) becomes `acc.`;
 3. the command `accelerate` as the first element of an argument list (`["accelerate", "launch", ...]`) becomes `acc`.
 Both runs: pytest with pytest-timeout (a file that fails to import is reported, the others run), offline (HF_HUB_OFFLINE=1), no GPU (CUDA_VISIBLE_DEVICES=), a private
 HF_HOME, from a directory holding only Accelerate's tests/.
@@ -38,7 +38,7 @@ TABLE = ROOT / "bench" / "results" / "accelerate-suite.md"
 CACHE = Path(os.environ.get("ACC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "acc")
 
 _IMPORT = re.compile(r"^(\s*)(from|import)(\s+)accelerate\b", re.M)
-_PATCH_LINE = re.compile(r"\bpatch(\.object|\.dict)?\(")
+_PATCH_LINE = re.compile(r"\bpatch(\.object|\.dict)?\(|\bassertLogs\(")
 _PATCH_STRING = re.compile(r"""(["'])accelerate\.""")
 _COMMAND = re.compile(r"""\[(\s*)(["'])accelerate\2(\s*[,\]])""")
 

@@ -92,7 +92,9 @@ def convert_dict_to_env_variables(current_env: dict[str, str]) -> list[str]:
         if key and value and not any(c in key + value for c in _FORBIDDEN_IN_ENV):
             out.append(f"{key}={value}\n")
         else:
-            logging.getLogger(__name__).warning(f"Skipping {key}={value}: it contains forbidden characters or is empty")
+            # logged under the public path the function is imported from (acc.utils.environment)
+            logging.getLogger("acc.utils.environment").warning(
+                f"Skipping {key}={value}: it contains forbidden characters or is empty")
     return out
 
 

@@ -18,12 +18,14 @@ def test_imports_at_the_start_of_a_line_become_acc_ones():
                                    "import accelerated_lib\nx = 'from accelerate import y'\n")
 
 
-def test_patch_targets_are_rewritten_only_on_patch_lines():
+def test_patch_targets_and_logger_names_are_rewritten_only_on_patch_and_assert_logs_lines():
     text = ('@patch("accelerate.commands.env.which", return_value=None)\n'
             "with patch.object(x, 'accelerate.y'), patch.dict(\"accelerate.z\"):\n"
+            'with self.assertLogs("accelerate.utils.environment", level="WARNING"):\n'
             'name = "accelerate.state"\n')
     assert suite.rewrite(text) == ('@patch("acc.commands.env.which", return_value=None)\n'
                                    "with patch.object(x, 'acc.y'), patch.dict(\"acc.z\"):\n"
+                                   'with self.assertLogs("acc.utils.environment", level="WARNING"):\n'
                                    'name = "accelerate.state"\n')
 
 
