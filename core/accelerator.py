@@ -29,11 +29,13 @@ from acc.runtime.collectives import CollectivesMixin
 from acc.runtime.containers import compiled_around, is_compiled_module, strip_containers
 from acc.runtime.data.loader import DataSettings, PreparedDataLoader
 from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
-from acc.runtime.init_module import check_empty_init, check_meta_models, has_meta
+from acc.runtime.init_module import check_empty_init, check_meta_models, check_quantized_placement, has_meta
 from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler, move_optimizer_state
 from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
 from acc.runtime.precision import BackendStepper, Precision, check_supported
 from acc.runtime.prepared import PreparedObjects
+# both names are in Accelerate's accelerator module too (scripts and tests patch them there)
+from acc.runtime.probes import is_bitsandbytes_multi_backend_available, is_xpu_available  # noqa: F401
 from acc.runtime.process_views import ProcessViews
 from acc.runtime.run_views import RunViews
 from acc.runtime.worker import Runtime
@@ -242,6 +244,7 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
             models = []
             for i in model_idx:
                 model = objects[i]
+                check_quantized_placement(model, self.num_processes > 1, is_bitsandbytes_multi_backend_available())
                 if placement[i] and self.device is not None and not has_meta(model):  # a meta model: the backend's
                     model = model.to(self.device)
                 self._precision.patch_forward(model)

@@ -279,6 +279,27 @@ def meta_names(model: nn.Module, limit: int = 3) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def check_quantized_placement(model: nn.Module, distributed: bool, cpu_kernels: bool) -> None:
+    """Refuse to train a bitsandbytes 8-bit/4-bit model (transformers' `is_loaded_in_8bit`/`_4bit`) that its
+    `hf_device_map` spreads over several devices in a distributed run, or offloads to the disk, or to the CPU
+    without bitsandbytes' CPU kernels (`cpu_kernels`), as Accelerate refuses it."""
+    if not (getattr(model, "is_loaded_in_8bit", False) or getattr(model, "is_loaded_in_4bit", False)):
+        return
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return
+    devices = set(device_map.values())
+    if len(devices) > 1 and distributed:
+        raise ValueError(f"this 8-bit/4-bit model is placed on several devices ({sorted(map(str, devices))}), which "
+                         "cannot train in a distributed run: load it on one device per process, e.g. "
+                         "device_map={'': accelerator.process_index}")
+    if "disk" in devices or ("cpu" in devices and not cpu_kernels):
+        raise ValueError(f"You can't train a model that has been loaded in 8-bit or 4-bit precision with CPU or disk "
+                         f"offload (its hf_device_map places modules on {sorted(map(str, devices))}): load it "
+                         "entirely on the GPU, e.g. device_map={'': 0}, or install a bitsandbytes with CPU kernels "
+                         "(multi-backend) for CPU offload")
+
+
 def check_meta_models(models: list[nn.Module], backend: str, build: Any) -> None:
     """Refuse, before the backend sees them, models with meta parameters that this backend cannot give values."""
     if getattr(build, "materializes_meta", False):

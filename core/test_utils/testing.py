@@ -44,6 +44,7 @@ from acc.utils.imports import (
     is_fp8_available,
     is_fp16_available,
     is_hpu_available,
+    is_import_timer_available,
     is_matplotlib_available,
     is_mlflow_available,
     is_mlu_available,
@@ -96,10 +97,6 @@ def is_habana_gaudi1() -> bool:
     import habana_frameworks.torch.utils.experimental as htexp
 
     return htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi
-
-
-def is_import_timer_available() -> bool:
-    return _found("import_timer")
 
 
 def is_transformer_engine_mxfp8_available() -> bool:

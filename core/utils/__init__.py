@@ -19,6 +19,7 @@ from acc.contract.kwargs import AutocastKwargs, DistributedDataParallelKwargs, G
 
 _IMPORTS = (  # acc.utils.imports: the is_*_available checks
     "is_4bit_bnb_available", "is_8bit_bnb_available", "is_aim_available", "is_bf16_available", "is_bnb_available",
+    "is_bitsandbytes_multi_backend_available", "is_import_timer_available",
     "is_boto3_available", "is_clearml_available", "is_comet_ml_available", "is_cuda_available",
     "is_datasets_available", "is_deepspeed_available", "is_dvclive_available", "is_fp16_available",
     "is_fp8_available", "is_hpu_available", "is_ipex_available", "is_lomo_available", "is_matplotlib_available",

@@ -245,3 +245,14 @@ def test_zero_grad_passes_set_to_none_only_to_optimizers_that_take_it(accelerato
 def test_accelerates_torch_device_variable_names_the_process_device(monkeypatch, fresh_pm):
     monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:0")
     assert str(Accelerator(plugin_manager=fresh_pm).device) == "cpu:0"
+
+
+@pytest.mark.parametrize("device_map", [{"": "cpu"}, {"a": 0, "b": "disk"}])
+def test_an_8bit_model_offloaded_to_cpu_or_disk_is_refused_before_anything_moves(fresh_pm, device_map):
+    model = torch.nn.Linear(2, 2)
+    model.is_loaded_in_8bit, model.hf_device_map = True, device_map
+    with pytest.raises(ValueError, match="8-bit or 4-bit precision with CPU or disk offload"):
+        Accelerator(plugin_manager=fresh_pm).prepare_model(model)
+    plain = torch.nn.Linear(2, 2)
+    plain.hf_device_map = device_map  # not quantized: prepared as usual
+    Accelerator(plugin_manager=fresh_pm).prepare_model(plain)
