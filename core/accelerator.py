@@ -34,8 +34,7 @@ from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler, move_o
 from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
 from acc.runtime.precision import BackendStepper, Precision, check_supported
 from acc.runtime.prepared import PreparedObjects
-# both names are in Accelerate's accelerator module too (scripts and tests patch them there)
-from acc.runtime.probes import is_bitsandbytes_multi_backend_available, is_xpu_available  # noqa: F401
+from acc.runtime.probes import is_bitsandbytes_multi_backend_available, is_xpu_available  # noqa: F401 (patched here)
 from acc.runtime.process_views import ProcessViews
 from acc.runtime.run_views import RunViews
 from acc.runtime.worker import Runtime

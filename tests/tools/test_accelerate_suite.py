@@ -40,3 +40,12 @@ def test_the_per_file_table_counts_only_tests_that_pass_on_accelerate():
     result = suite.summary(base, acc)
     assert (result["baseline_passed"], result["acc_passed"]) == (2, 1)
     assert result["per_file"] == {"tests/test_a.py": [2, 1]}
+
+
+def test_the_table_lists_each_test_still_failing_with_its_cause():
+    base = {"tests.test_a.T::test_x": "passed", "tests.test_a.T::test_y": "passed", "tests.test_a.T::test_z": "failed"}
+    acc = {"tests.test_a.T::test_x": "passed", "tests.test_a.T::test_y": "failed"}
+    result = suite.summary(base, acc)
+    assert (result["acc_passed"], result["baseline_passed"]) == (1, 2)
+    assert result["failing"] == {"tests.test_a.T::test_y": "cause not named yet"}
+    assert "- `tests.test_a.T::test_y`: cause not named yet" in suite.table(result)
