@@ -19,6 +19,22 @@ import torch
 from acc.runtime import ops
 
 
+class DistributedOperationException(Exception):
+    """A collective cannot run because the processes' tensors do not fit together (Accelerate's name); raised by
+    the debug-mode checks (`PartialState().debug = True` or ACCELERATE_DEBUG_MODE=1)."""
+
+
+def debug_checks(ctx: Any) -> bool:
+    """Whether the run checks tensor shapes across processes before reduce, broadcast and pad_across_processes
+    (Accelerate's debug mode: off unless ACCELERATE_DEBUG_MODE is set or `state.debug = True`)."""
+    flag = getattr(ctx, "debug_operations", None)
+    if flag is None:
+        from acc.compat.environment import parse_flag_from_env
+
+        flag = parse_flag_from_env("ACCELERATE_DEBUG_MODE")
+    return bool(flag)
+
+
 class CollectivesMixin:
     """The user-facing collectives over the run's Communicator (`self.ctx.communicator`); mixed into the Runtime
     and the Accelerator, which share one context."""
@@ -26,6 +42,25 @@ class CollectivesMixin:
     ctx: Any
     num_processes: int
     process_index: int
+
+    def _verify(self, operation: str, tensor: Any, ndim_only: bool = False) -> None:
+        """Debug mode: every process passes tensors of one structure and shape (of one number of dimensions for
+        pad_across_processes), on the run's device; otherwise DistributedOperationException naming each process's."""
+        if self.num_processes == 1 or not debug_checks(self.ctx):
+            return
+        device = self.ctx.device.type
+        wrong = [t.device.type for t in ops.leaves(tensor) if t.device.type != device]
+        if wrong:
+            raise DistributedOperationException(f"{operation}: one or more tensors are on {wrong[0]}, the run computes "
+                                                f"on {device}: move them there first")
+        shapes = ops.apply(lambda t: t.dim() if ndim_only else list(t.shape), tensor)
+        everyone = self._gather_objects(shapes)
+        if any(s != everyone[0] for s in everyone):
+            rows = "\n  - ".join(f"Process {i}: {s}" for i, s in enumerate(everyone))
+            what = "numbers of dimensions" if ndim_only else "shapes"
+            raise DistributedOperationException(f"Cannot apply desired operation due to shape mismatches: the {what} "
+                                                f"must be the same on every process.\n\nOperation: `{operation}`\n"
+                                                f"Input {what}:\n  - {rows}")
 
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.ctx.communicator.all_gather(tensor)
@@ -81,6 +116,7 @@ class CollectivesMixin:
         """
         if reduction not in ops.REDUCE_OPS + ("none",):
             raise ValueError(f"reduction {reduction!r} is not one of {', '.join(ops.REDUCE_OPS + ('none',))}")
+        self._verify("reduce", tensor)
         if scale != 1.0 and not self._scale_applies():
             warnings.warn(f"reduce(scale={scale}) is ignored, as Accelerate ignores it except on XLA; multiply the "
                           "result instead", stacklevel=2)
@@ -102,6 +138,7 @@ class CollectivesMixin:
         """Process `from_process`'s tensors on every process, written into the tensors given (returned)."""
         if self.num_processes == 1:
             return tensor
+        self._verify("broadcast", tensor)
 
         def one(t: torch.Tensor) -> torch.Tensor:
             out = self.ctx.communicator.broadcast(t.detach(), from_process)
@@ -125,6 +162,7 @@ class CollectivesMixin:
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
         """Pad each tensor along `dim` to the largest size any process has (tensors without that dim unchanged)."""
+        self._verify("pad_across_processes", tensor, ndim_only=True)
 
         def one(t: torch.Tensor) -> torch.Tensor:
             if getattr(t, "is_nested", False):

@@ -96,7 +96,15 @@ class PartialState(ProcessViews):
 
     @property
     def debug(self) -> bool:
-        return False
+        """Accelerate's debug mode: reduce, broadcast and pad_across_processes check the processes' shapes first
+        (DistributedOperationException on a mismatch). From ACCELERATE_DEBUG_MODE, or set it here."""
+        from acc.runtime.collectives import debug_checks
+
+        return debug_checks(self._run.ctx)
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        self._run.ctx.debug_operations = bool(value)
 
     def wait_for_everyone(self) -> None:
         self._run.wait_for_everyone()

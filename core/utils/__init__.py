@@ -155,6 +155,7 @@ _LAZY = {
     **{name: ("acc.utils.constants", name) for name in _CONSTANTS},
     "ParallelismConfig": ("acc.parallelism_config", "ParallelismConfig"),
     "CannotPadNestedTensorWarning": ("acc.runtime.collectives", "CannotPadNestedTensorWarning"),
+    "DistributedOperationException": ("acc.runtime.collectives", "DistributedOperationException"),
     "pad_input_tensors": ("acc.utils.operations", "pad_input_tensors"),
     "check_os_kernel": ("acc.utils.other", "check_os_kernel"),
     "get_model_tp_size": ("acc.utils.other", "get_model_tp_size"),

@@ -133,7 +133,7 @@ def convert_outputs_to_fp32(model_forward: Callable) -> Callable:
     return forward
 
 
-__all__ = ["ConvertOutputsToFp32", "convert_outputs_to_fp32", "convert_to_fp32", "find_batch_size", "find_device",
+__all__ = ["copy_tensor_to_devices", "ConvertOutputsToFp32", "convert_outputs_to_fp32", "convert_to_fp32", "find_batch_size", "find_device",
            "honor_type", "ignorant_find_batch_size", "is_namedtuple", "is_torch_tensor", "listify",
            "recursively_apply", "send_to_device"]
 
@@ -162,6 +162,20 @@ def gather_object(object: Any) -> Any:  # noqa: A002 - Accelerate's parameter na
 def broadcast(tensor: Any, from_process: int = 0) -> Any:
     """Process `from_process`'s tensors on every process, written into the tensors given."""
     return _run().broadcast(tensor, from_process=from_process)
+
+
+def copy_tensor_to_devices(tensor: Any = None) -> Any:
+    """The main process's tensor on every process's device; the others pass None (they need not know its shape)."""
+    import torch
+
+    run = _run()
+    if run.num_processes == 1:
+        return tensor
+    meta = [(tuple(tensor.shape), tensor.dtype) if run.process_index == 0 else None]
+    shape, dtype = run.broadcast_object_list(meta, from_process=0)[0]
+    if run.process_index != 0:
+        tensor = torch.zeros(shape, dtype=dtype, device=run.device)
+    return run.broadcast(tensor.to(run.device), from_process=0)
 
 
 def broadcast_object_list(object_list: list, from_process: int = 0) -> list:
@@ -239,8 +253,8 @@ def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int
 
 
 def __getattr__(name: str) -> Any:
-    if name == "CannotPadNestedTensorWarning":  # where padding happens: acc.runtime.collectives
-        from acc.runtime.collectives import CannotPadNestedTensorWarning
+    if name in ("CannotPadNestedTensorWarning", "DistributedOperationException"):  # where the collectives are
+        from acc.runtime import collectives
 
-        return CannotPadNestedTensorWarning
+        return getattr(collectives, name)
     raise AttributeError(f"module 'acc.utils.operations' has no attribute {name!r}")

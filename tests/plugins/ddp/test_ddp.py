@@ -87,6 +87,20 @@ def test_generators_seeded_differently_agree_at_each_epoch(tmp_path):
     assert results[0]["mine"][0] != results[0]["mine"][1]
 
 
+def test_debug_mode_checks_shapes_across_processes_before_a_collective(tmp_path):
+    acc_launch(tmp_path, ["--backend", "ddp", "--nproc", "2"], "debug_checks.py", ["--out", str(tmp_path)])
+    for r, res in read_rank_results(tmp_path).items():
+        assert res["debug_default"] is False and res["debug"] is True
+        assert res["padded_without_debug"] == [2, 2]
+        for op in ("reduce", "broadcast"):
+            assert f"Operation: `{op}`" in res[op] and "Process 0: " in res[op] and "Process 1: " in res[op]
+        assert "{'t': [1, 2]}" in res["reduce"] and "{'t': [2, 2]}" in res["reduce"]
+        assert res["pad_rows"] == ""  # one number of dimensions: padded, not refused
+        assert "numbers of dimensions" in res["pad_dims"] and "Process 1: 3" in res["pad_dims"]
+        assert res["reduce_same"] == [0.5]
+        assert res["copied"] == [7, 8, 9]
+
+
 def test_collectives(tmp_path):
     acc_launch(tmp_path, ["--backend", "ddp", "--nproc", "3"], "collectives.py", ["--out", str(tmp_path)])
     results = read_rank_results(tmp_path)
