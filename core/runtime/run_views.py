@@ -56,7 +56,9 @@ class RunViews:
 
     def _live(self, name: str) -> Any:
         """The run context, unless `AcceleratorState._reset_state()` forgot this Accelerator's run: then the
-        AttributeError Accelerate raises there."""
+        AttributeError Accelerate raises there (for the run's configuration: device, num_processes,
+        distributed_type; this process's indices, and so `is_main_process` and the like, stay readable, as
+        Accelerate reads those from PartialState)."""
         if getattr(self._runtime, "forgotten", False):
             raise AttributeError(forgotten_message("AcceleratorState", name))
         return self.ctx
@@ -71,11 +73,11 @@ class RunViews:
 
     @property
     def process_index(self) -> int:
-        return self._live("process_index").process_index
+        return self.ctx.process_index
 
     @property
     def local_process_index(self) -> int:
-        return self._live("local_process_index").local_process_index
+        return self.ctx.local_process_index
 
     @property
     def distributed_type(self) -> DistributedType | str:
