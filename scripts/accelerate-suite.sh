@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Accelerate-suite lane: Accelerate 1.15's own unit tests on Accelerate and on acc, "N of B" and a table per file
 # (scripts/accelerate_suite.py says how the tests are rewritten and run). Two cached test venvs with the same pins,
-# one with accelerate==1.15.0, one with acc-core and its plugins (editable); never acc dependencies.
+# one with accelerate==1.15.0, one with acc-core and its plugins (editable), and one with acc plus datasets and
+# evaluate for Accelerate's test scripts; never acc dependencies.
 #
 #   scripts/accelerate-suite.sh            # run both, print the table and "N of B"
 #   scripts/accelerate-suite.sh --record   # also write bench/results/accelerate-suite.{json,md}
@@ -14,4 +15,7 @@ pins=(torch==2.13.0 pytest==9.2.0 pytest-timeout==2.4.0 parameterized==0.9.0 tra
 base="$(scripts/cached-venv.sh accsuite-accelerate -- "${pins[@]}" accelerate==1.15.0 | tail -n 1)"
 acc="$(scripts/cached-venv.sh accsuite-acc -e . -e plugins/ddp -e plugins/fsdp -e plugins/deepspeed -e plugins/mps \
         -e plugins/clusters -e plugins/timing -- "${pins[@]}" | tail -n 1)"
-exec "$base" scripts/accelerate_suite.py --base-python "$base" --acc-python "$acc" "$@"
+# Accelerate's test scripts (test_metrics imports datasets and evaluate): acc in a third venv with those too
+scripts="$(scripts/cached-venv.sh accsuite-scripts -e . -e plugins/ddp -- "${pins[@]}" datasets==5.2.0 evaluate==0.4.6 \
+           | tail -n 1)"
+exec "$base" scripts/accelerate_suite.py --base-python "$base" --acc-python "$acc" --scripts-python "$scripts" "$@"

@@ -14,6 +14,10 @@ HF_HOME, from a directory holding only Accelerate's tests/.
 
 --record writes bench/results/accelerate-suite.{json,md}; --check fails (exit 1) when fewer tests pass on acc than
 the recorded count, naming the recorded ones that no longer pass.
+
+With --scripts-python S, Accelerate's distributed test scripts from the same source distribution (test_script,
+test_sync, test_ops, external_deps/test_metrics; rules 1-3) also run on acc with `acc launch`, on one process and
+on two (ddp, gloo): "M of 8" run to the end. S is a venv with acc and what test_metrics imports (datasets, evaluate).
 """
 
 from __future__ import annotations
@@ -110,6 +114,39 @@ def run(python: str, where: Path, label: str, timeout: float) -> dict[str, str]:
     return outcomes
 
 
+SCRIPTS = ("test_script.py", "test_sync.py", "test_ops.py", "external_deps/test_metrics.py")
+LAUNCHES = {1: ["--cpu"], 2: ["--backend", "ddp", "--nproc", "2"]}
+
+
+def run_scripts(python: str, archive: Path, into: Path, timeout: float) -> dict[str, str]:
+    """Accelerate's test scripts, rewritten, each under `acc launch` on 1 and 2 processes: "script@N" -> passed /
+    failed (with the last line it printed)."""
+    prefix = f"accelerate-{VERSION}/src/accelerate/test_utils/scripts/"
+    into.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        for name in SCRIPTS:
+            path = into / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(rewrite(tar.extractfile(prefix + name).read().decode()))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "HF_HOME": str(into / "hf_home"),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("ACC_LAUNCH", None)
+    outcomes = {}
+    for name in SCRIPTS:
+        for n, launch in LAUNCHES.items():
+            start = time.monotonic()
+            try:
+                proc = subprocess.run([python, "-m", "acc", "launch", *launch, name], cwd=into, env=env,
+                                      capture_output=True, text=True, timeout=timeout)
+                ok, tail = proc.returncode == 0, (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            except subprocess.TimeoutExpired:
+                ok, tail = False, [f"timed out after {timeout:.0f} s"]
+            outcomes[f"{name}@{n}"] = "passed" if ok else f"failed: {tail[0] if tail else '?'}"
+            print(f"accelerate suite: script {name} on {n} process(es): {'passed' if ok else 'FAILED'} "
+                  f"({time.monotonic() - start:.0f} s)", file=sys.stderr)
+    return outcomes
+
+
 def file_of(test_id: str) -> str:
     module = test_id.split("::")[0]
     parts = module.split(".")
@@ -146,6 +183,12 @@ def table(result: dict) -> str:
             f"run on acc: **{result['acc_passed']} of {result['baseline_passed']}** that pass on Accelerate pass on acc.",
             "", "| file | pass on Accelerate | of those, pass on acc |", "|---|---|---|"]
     rows += [f"| {name} | {b} | {p} |" for name, (b, p) in result["per_file"].items()]
+    if result.get("scripts"):
+        done = sum(o == "passed" for o in result["scripts"].values())
+        rows += ["", f"Accelerate's distributed test scripts (same source distribution, rules 1-3) under `acc launch`: "
+                     f"**{done} of {len(result['scripts'])}** run to the end.", "",
+                 "| script | 1 process | 2 processes (ddp, gloo) |", "|---|---|---|"]
+        rows += [f"| {name} | {result['scripts'][f'{name}@1']} | {result['scripts'][f'{name}@2']} |" for name in SCRIPTS]
     if result.get("failing"):
         rows += ["", "Passing on Accelerate, failing on acc, by cause:", ""]
         rows += [f"- `{test}`: {cause}" for test, cause in sorted(result["failing"].items())]
@@ -161,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="fail when fewer tests pass than recorded")
     parser.add_argument("--work", type=Path, default=None, help="working directory (default: a new one in /tmp)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds each run may take")
+    parser.add_argument("--scripts-python", default=None, help="also run Accelerate's test scripts with this python")
     args = parser.parse_args(argv)
     archive = sdist(args.base_python)
     import tempfile
@@ -171,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     base = run(args.base_python, unpack_tests(archive, work / "accelerate", transform=False), "accelerate", args.timeout)
     acc = run(args.acc_python, unpack_tests(archive, work / "acc", transform=True), "acc", args.timeout)
     result = summary(base, acc)
+    if args.scripts_python:
+        shutil.rmtree(work / "scripts", ignore_errors=True)
+        result["scripts"] = run_scripts(args.scripts_python, archive, work / "scripts", timeout=600)
     text = table(result)
     print(text)
     print(f"{result['acc_passed']} of {result['baseline_passed']}")
@@ -188,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         if lost:
             print("accelerate suite: recorded as passing, failing now (the count still holds):\n  " + "\n  ".join(lost),
                   file=sys.stderr)
+        broken = sorted(k for k, o in recorded.get("scripts", {}).items()
+                        if o == "passed" and result.get("scripts", {}).get(k) != "passed")
+        if broken and args.scripts_python:
+            print("accelerate suite: FAILED: Accelerate's test scripts recorded as running to the end fail now:\n  "
+                  + "\n  ".join(f"{k}: {result['scripts'].get(k)}" for k in broken), file=sys.stderr)
+            return 1
     return 0
 
 

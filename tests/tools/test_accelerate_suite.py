@@ -49,3 +49,12 @@ def test_the_table_lists_each_test_still_failing_with_its_cause():
     assert (result["acc_passed"], result["baseline_passed"]) == (1, 2)
     assert result["failing"] == {"tests.test_a.T::test_y": "cause not named yet"}
     assert "- `tests.test_a.T::test_y`: cause not named yet" in suite.table(result)
+
+
+def test_the_table_counts_the_scripts_that_ran_to_the_end():
+    result = suite.summary({"tests.test_a.T::test_x": "passed"}, {"tests.test_a.T::test_x": "passed"})
+    result["scripts"] = {f"{name}@{n}": "passed" for name in suite.SCRIPTS for n in (1, 2)}
+    result["scripts"]["test_ops.py@2"] = "failed: ImportError: cannot import name 'x'"
+    text = suite.table(result)
+    assert "**7 of 8** run to the end" in text
+    assert "| test_ops.py | passed | failed: ImportError: cannot import name 'x' |" in text
