@@ -47,6 +47,7 @@ _LAZY = {
     "FullyShardedDataParallelPlugin": ("acc.compat.plugin_objects", "FullyShardedDataParallelPlugin"),
     "TorchDynamoPlugin": ("acc.compat.plugin_objects", "TorchDynamoPlugin"),
     "ProfileKwargs": ("acc.compat.plugin_objects", "ProfileKwargs"),
+    "prepare_pippy": ("acc.inference", "prepare_pippy"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,5 +75,5 @@ __all__ = [
     "DDPCommunicationHookType", "cpu_offload_with_hook", "find_executable_batch_size", "init_on_device",
     "is_rich_available", "load_checkpoint_in_model",
     "WorkerFailedError", "debug_launcher", "launch", "notebook_launcher",
-    "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "ProfileKwargs", "TorchDynamoPlugin",
+    "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "ProfileKwargs", "TorchDynamoPlugin", "prepare_pippy",
 ]

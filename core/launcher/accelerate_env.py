@@ -1,7 +1,8 @@
 """What Accelerate's launchers compute from a `launch_command_parser` Namespace (public path `acc.utils.launch`):
 `prepare_simple_launcher_cmd_env` (the command and environment of a one-process run),
-`prepare_multi_gpu_env` (torchrun's arguments set on the Namespace and the environment), the SageMaker
-argument converter `_convert_nargs_to_dict`, `env_var_path_add` and `_filter_args`.
+`prepare_multi_gpu_env` (torchrun's arguments set on the Namespace and the environment), `PrepareForLaunch` (a
+function made ready to run as one of several forked processes), the SageMaker argument converter
+`_convert_nargs_to_dict`, `env_var_path_add` and `_filter_args`.
 
 The variables are Accelerate's (ACCELERATE_*, FSDP_*, OMP_NUM_THREADS, KMP_*), for code that builds Accelerate's
 launch itself. `acc launch` hands its workers their plan in ACC_LAUNCH instead (`acc.assembly.handoff`).
@@ -198,3 +199,33 @@ def _filter_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
         if key in vars(new_args):
             setattr(new_args, key, value)
     return new_args
+
+
+class PrepareForLaunch:
+    """`launcher` made ready to run as process `index` of a `torch.multiprocessing` start (Accelerate's): called
+    with (index, *args), it sets LOCAL_RANK and RANK (NPROC processes per machine, machine NODE_RANK) for a
+    multi-process `distributed_type`, or with `debug` joins a gloo group through ACCELERATE_DEBUG_RDV_FILE, marks
+    the process FORK_LAUNCHED and calls `launcher(*args)`. Picklable when `launcher` is."""
+
+    _MULTI = ("MULTI_GPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_NPU", "MULTI_XPU", "MULTI_CPU", "MULTI_NEURON")
+
+    def __init__(self, launcher: Any, distributed_type: Any = "NO", debug: bool = False) -> None:
+        from acc.contract.enums import DistributedType
+
+        self.launcher = launcher
+        self.distributed_type = DistributedType(getattr(distributed_type, "value", distributed_type))
+        self.debug = debug
+
+    def __call__(self, index: int, *args: Any) -> None:
+        if self.debug:
+            import torch.distributed as dist
+
+            world_size = int(os.environ["WORLD_SIZE"])
+            store = dist.FileStore(os.environ["ACCELERATE_DEBUG_RDV_FILE"], world_size)
+            dist.init_process_group("gloo", rank=index, store=store, world_size=world_size)
+        elif self.distributed_type.value in self._MULTI:
+            os.environ["LOCAL_RANK"] = str(index)
+            nproc, node_rank = int(os.environ.get("NPROC", 1)), int(os.environ.get("NODE_RANK", 0))
+            os.environ["RANK"] = str(nproc * node_rank + index)
+        os.environ["FORK_LAUNCHED"] = "1"
+        self.launcher(*args)

@@ -137,6 +137,8 @@ _LAZY = {
     "is_compiled_module": ("acc.utils.other", "is_compiled_module"),
     "is_port_in_use": ("acc.utils.other", "is_port_in_use"),
     "prepare_simple_launcher_cmd_env": ("acc.utils.launch", "prepare_simple_launcher_cmd_env"),
+    "PrepareForLaunch": ("acc.utils.launch", "PrepareForLaunch"),
+    "MegatronLMDummyScheduler": ("acc.compat.recipes", "MegatronLMDummyScheduler"),
     "has_4bit_bnb_layers": ("acc.utils.bnb", "has_4bit_bnb_layers"),
     "load_and_quantize_model": ("acc.utils.bnb", "load_and_quantize_model"),
     "prepare_multi_gpu_env": ("acc.utils.launch", "prepare_multi_gpu_env"),

@@ -242,3 +242,33 @@ def test_path_variables_and_argument_filtering(monkeypatch):
     small.add_argument("--num_processes", type=int, default=1)
     filtered = _filter_args(PARSER.parse_args(["--num_processes", "3", "t.py"]), small)
     assert vars(filtered) == {"num_processes": 3}
+
+
+def _record_env(out):
+    import os
+
+    with open(out, "w") as f:
+        json.dump({k: os.environ.get(k) for k in ("LOCAL_RANK", "RANK", "FORK_LAUNCHED")}, f)
+
+
+def test_prepare_for_launch_sets_the_ranks_of_a_forked_process(monkeypatch, tmp_path):
+    import pickle
+
+    from acc.utils import PrepareForLaunch
+
+    monkeypatch.setenv("NPROC", "2")
+    monkeypatch.setenv("NODE_RANK", "1")
+    for name in ("LOCAL_RANK", "RANK", "FORK_LAUNCHED"):
+        monkeypatch.delenv(name, raising=False)
+    prepared = pickle.loads(pickle.dumps(PrepareForLaunch(_record_env, distributed_type="MULTI_CPU")))
+    prepared(1, str(tmp_path / "env.json"))
+    assert json.loads((tmp_path / "env.json").read_text()) == {"LOCAL_RANK": "1", "RANK": "3", "FORK_LAUNCHED": "1"}
+
+
+def test_prepare_pippy_says_acc_has_no_pipeline_inference_and_what_it_offers():
+    from torch import nn
+
+    from acc import AccError, prepare_pippy
+
+    with pytest.raises(AccError, match="no pipeline-parallel .* device_map='auto'"):
+        prepare_pippy(nn.Linear(2, 2))
