@@ -1,5 +1,6 @@
 """The `acc` command line (click): `acc launch`, `acc check`, `acc config`, `acc env`, `acc plugins`, `acc migrate`,
-`acc estimate-memory`, `acc merge-weights`, `acc new-backend`, `acc plot`.
+`acc estimate-memory`, `acc merge-weights`, `acc new-backend`, `acc plot`, and Accelerate's `acc test`,
+`acc to-fsdp2`, `acc tpu-config` (their argparse parsers, from `acc.commands`).
 
 The top layer: it may import every package below it, and nothing imports it. Torch-free: commands import torch
 only when they run something that needs it (`acc --help`, `acc plugins`, `acc launch --dry-run` never do).
@@ -44,6 +45,7 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
+    from acc.cli.accelerate_commands import test, to_fsdp2, tpu_config
     from acc.cli.check import check
     from acc.cli.config import config
     from acc.cli.env import env
@@ -65,6 +67,8 @@ def _register_commands() -> None:
     cli.add_command(new_backend)
     cli.add_command(migrate)
     cli.add_command(plot)
+    for command in (test, to_fsdp2, tpu_config):  # Accelerate's commands, with Accelerate's arguments
+        cli.add_command(command)
 
 
 _register_commands()

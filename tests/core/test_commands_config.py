@@ -333,3 +333,32 @@ def test_tpu_runs_gcloud_without_debug(capsys, tmp_path, monkeypatch, no_default
     Done.returncode = 3
     with pytest.raises(RuntimeError, match="exited with code 3"):
         _run(capsys, ["--command", "ls", "--tpu_name", "t", "--tpu_zone", "z"])
+
+
+# ---------------------------------------------------------------------------------------------- as acc subcommands
+
+
+def _acc(*args):
+    from click.testing import CliRunner
+
+    from acc.cli import cli
+
+    return CliRunner().invoke(cli, list(args), prog_name="acc")
+
+
+def test_acc_to_fsdp2_takes_accelerates_arguments_and_reports_errors_without_a_traceback(tmp_path):
+    source = tmp_path / "fsdp1.yaml"
+    source.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n"
+                      "  fsdp_sharding_strategy: SHARD_GRAD_OP\nmixed_precision: 'no'\nnum_processes: 2\n")
+    result = _acc("to-fsdp2", "--config_file", str(source), "--output_file", str(tmp_path / "out.yaml"))
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "out.yaml").read_text()
+    assert "fsdp_reshard_after_forward: false" in text and "fsdp_version: 2" in text
+    missing = _acc("to-fsdp2", "--config-file", str(tmp_path / "nope.yaml"))
+    assert missing.exit_code == 1 and "nope.yaml not found" in missing.output and "Traceback" not in missing.output
+
+
+def test_acc_tpu_config_prints_the_gcloud_command_with_debug():
+    result = _acc("tpu-config", "--tpu_name", "t", "--tpu_zone", "z", "--command", "ls", "--debug")
+    assert result.exit_code == 0, result.output
+    assert "Running gcloud compute tpus tpu-vm ssh t --zone z --command cd /usr/share; ls --worker all" in result.output
