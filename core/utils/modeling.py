@@ -79,15 +79,9 @@ def get_module_size_with_ties(tied_params: list[str], module_size: int, module_s
     """The size of a module together with the modules (among `modules_to_treat`) that hold the parameters tied to
     it (`tied_params`: their full names), each tied parameter counted once; and those modules' names and objects,
     in the order of `tied_params`."""
-    names: list[str] = []
-    modules: list[nn.Module] = []
-    total = module_size
-    for param in tied_params:
-        name, module = next((n, m) for n, m in modules_to_treat if param.startswith(n + "."))
-        names.append(name)
-        modules.append(module)
-        total += module_sizes[name] - module_sizes[param]
-    return total, names, modules
+    from acc.big_model.auto_map import size_with_ties
+
+    return size_with_ties(tied_params, module_size, module_sizes, modules_to_treat)  # type: ignore[return-value]
 
 
 def find_tied_parameters(model: nn.Module, **kwargs: Any) -> list[list[str]]:
