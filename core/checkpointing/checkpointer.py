@@ -27,6 +27,7 @@ import torch
 from acc.assembly import manifest as run_manifest
 from acc.checkpointing import files as ckpt
 from acc.checkpointing import hashed_io
+from acc.checkpointing.accelerate_format import is_accelerate_checkpoint, load_accelerate_checkpoint
 from acc.checkpointing.files import ProjectConfiguration
 from acc.errors import CheckpointError
 from acc.runtime.prepared import PreparedObjects
@@ -325,6 +326,8 @@ class Checkpointer:
             config.iteration = iteration + 1
         else:
             directory = Path(input_dir)
+            if is_accelerate_checkpoint(directory):
+                return self._load_accelerate_checkpoint(directory, strict)
             found, problems = self._verified_everywhere(directory)
             if problems or found is None:
                 raise CheckpointError(f"load_state: refused {directory}: {(problems or ['no manifest'])[0]}; "
@@ -348,6 +351,19 @@ class Checkpointer:
         saved_world = manifest.get("run", {}).get("processes", {}).get("num_processes")
         if saved_world == self.num_processes and rng_name in manifest.get("files", {}):
             ckpt.set_rng_state(ckpt.load_object(ckpt.verify(directory, manifest, rng_name)))
+        self.ctx.communicator.barrier()
+        return directory
+
+    def _load_accelerate_checkpoint(self, directory: Path, strict: bool) -> Path:
+        """A directory Accelerate's save_state wrote (checkpointing/accelerate_format.py)."""
+        models = self._models_to_load(directory)
+        step = load_accelerate_checkpoint(
+            directory, models=[self.unwrap_model(m) for m in models],
+            optimizers=[o.optimizer for o in self.prepared.optimizers], schedulers=list(self.prepared.schedulers),
+            custom_objects=list(self.prepared.custom_objects), scaler=self._scaler(),
+            process_index=self.process_index, strict=strict, device=self.ctx.device)
+        if step is not None:  # Accelerate's `accelerator.step` (the micro-step count)
+            self.ctx.loop.micro_step = step
         self.ctx.communicator.barrier()
         return directory
 

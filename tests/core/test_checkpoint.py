@@ -392,3 +392,14 @@ def test_a_stacklevel_given_to_get_logger_counts_from_its_adapter(caplog):
         Wrapper(get_logger("acc.test.wrapped"), {}).warning("wrapped")
     record = caplog.records[-1]
     assert record.pathname == __file__ and record.lineno == line, (record.pathname, record.lineno)
+
+
+def test_an_accelerate_checkpoint_missing_a_file_is_refused_naming_it(fresh_pm, tmp_path):
+    from safetensors.torch import save_file
+
+    acc, model, *_ = setup(fresh_pm, tmp_path)
+    ckpt = tmp_path / "accelerate_ckpt"
+    ckpt.mkdir()
+    save_file({k: v.contiguous() for k, v in acc.unwrap_model(model).state_dict().items()}, str(ckpt / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"Accelerate checkpoint without optimizer\.bin for optimizer #0"):
+        acc.load_state(ckpt)

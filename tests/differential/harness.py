@@ -39,7 +39,7 @@ def build_reference_venv() -> Path:
 
 # the scripts the tests run migrated: `acc migrate --write` rewrites them in one call (its start costs what
 # checking them does), the first time a test asks for one of them
-MIGRATED = ("train.py", "collectives.py", "two_models.py", "inference.py", "tracking.py")
+MIGRATED = ("train.py", "collectives.py", "two_models.py", "inference.py", "tracking.py", "checkpoint_interop.py")
 
 
 def migrated(script: str, workdir: Path) -> Path:
