@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 
 from acc.errors import AccError
 
+PIPELINE_INFERENCE = False  # whether prepare_pippy runs (acc.test_utils.require_pippy skips its tests until it does)
+
 
 def prepare_pippy(model: Any, split_points: Any = "auto", no_split_module_classes: Any = None,
                   example_args: Any = (), example_kwargs: Any = None, num_chunks: Any = None,
