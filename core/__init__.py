@@ -24,7 +24,7 @@ from acc.contract.kwargs import (
 )
 from acc.contract.launch_plan import LaunchPlan, Rendezvous
 from acc.contract.settings import Setting
-from acc.contract.version import __version__
+from acc.contract.version import __accelerate_version__, __version__
 from acc.errors import AccError, ConfigError, LaunchError, PluginError, ValidationError
 from acc.logging import get_logger
 
@@ -71,7 +71,7 @@ __all__ = [
     "AutocastKwargs", "DataLoaderConfiguration", "DistributedDataParallelKwargs", "GradientAccumulationPlugin",
     "GradScalerKwargs", "InitProcessGroupKwargs",
     "AccError", "Accelerator", "AcceleratorState", "DistributedType", "GradientState", "PartialState", "ConfigError", "HOOKSPEC_VERSION", "LaunchError", "LaunchPlan", "PluginError",
-    "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__version__", "get_logger", "hookimpl", "set_seed",
+    "ProcessInfo", "ProjectConfiguration", "Rendezvous", "RunContext", "Setting", "ValidationError", "__accelerate_version__", "__version__", "get_logger", "hookimpl", "set_seed",
     "DDPCommunicationHookType", "cpu_offload_with_hook", "find_executable_batch_size", "init_on_device",
     "is_rich_available", "load_checkpoint_in_model",
     "WorkerFailedError", "debug_launcher", "launch", "notebook_launcher",

@@ -276,8 +276,9 @@ def _line_starts(text: str) -> list[int]:
 
 
 def rewrite_imports(text: str, label: str = "<script>") -> tuple[str, list[Change], list[str]]:
-    """`text` with its Accelerate imports changed to acc's, and nothing else changed; the changed lines and the
-    notes about imports that could not be rewritten."""
+    """`text` with its Accelerate imports changed to acc's, and `accelerate.__version__` to the Accelerate
+    release acc follows (`__accelerate_version__`: a version check then asks about the API the script meets);
+    nothing else changed. Returns the text, the changed lines and notes about imports left unchanged."""
     tree = parse_source(text, label)
     starts = _line_starts(text)
 
@@ -291,7 +292,20 @@ def rewrite_imports(text: str, label: str = "<script>") -> tuple[str, list[Chang
                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
     edits: list[tuple[int, int, str]] = []
     notes: list[str] = []
+    imports_module = any(isinstance(n, ast.Import) and any(a.name == "accelerate" and not a.asname for a in n.names)
+                         for n in ast.walk(tree))
     for node in ast.walk(tree):
+        # `accelerate.__version__` asks which Accelerate API the script meets: acc's answer is the release it follows
+        if imports_module and isinstance(node, ast.Attribute) and node.attr == "__version__" and \
+                isinstance(node.value, ast.Name) and node.value.id == "accelerate":
+            end = offset(node.end_lineno, node.end_col_offset)
+            edits.append((end - len("__version__"), end, "__accelerate_version__"))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "accelerate":
+            for alias in node.names:
+                if alias.name == "__version__":
+                    begin = offset(alias.lineno, alias.col_offset)
+                    edits.append((begin, begin + len("__version__"),
+                                  "__accelerate_version__" + ("" if alias.asname else " as __version__")))
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and root_module(node.module) == "accelerate":
             begin = offset(node.lineno, node.col_offset)
             m = re.compile(r"from(?:\s|\\\r?\n)+([A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)").match(text, begin)

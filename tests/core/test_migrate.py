@@ -323,7 +323,7 @@ if accelerate.__version__ > "0":
 '''
 
 
-def test_rewrite_changes_only_the_import_lines():
+def test_rewrite_changes_only_the_import_lines_and_the_version_a_script_checks():
     new, changes, notes = m.rewrite_imports(ACCELERATE_IMPORTS)
     big = m.acc_module_name("accelerate.big_modeling")
     assert new == ACCELERATE_IMPORTS.replace(
@@ -332,13 +332,28 @@ def test_rewrite_changes_only_the_import_lines():
         "from accelerate.utils import set_seed", "from acc.utils import set_seed").replace(
         "from accelerate.big_modeling import", f"from {big} import").replace(
         "import accelerate.utils\n", "import acc.utils, acc as accelerate\n").replace(
-        "import accelerate.logging as alog", "import acc.logging as alog")
-    assert [c.line for c in changes] == [3, 4, 8, 9, 10, 11]
+        "import accelerate.logging as alog", "import acc.logging as alog").replace(
+        "accelerate.__version__", "accelerate.__accelerate_version__")  # the Accelerate release acc follows
+    assert [c.line for c in changes] == [3, 4, 8, 9, 10, 11, 13]
     assert changes[0].before == "import os, accelerate  # a comment"
     assert changes[0].after == "import os, acc as accelerate  # a comment"
     assert notes == []
     compile(new, "rewritten.py", "exec")
     assert m.rewrite_imports(new) == (new, [], [])  # nothing left to rewrite
+
+
+def test_a_migrated_version_check_reads_the_accelerate_release_acc_follows(tmp_path):
+    import acc
+
+    text = ("import accelerate\nfrom accelerate import __version__\nfrom accelerate import __version__ as v\n"
+            "print(accelerate.__version__, __version__, v)\n")
+    new, _, _ = m.rewrite_imports(text)
+    assert new == ("import acc as accelerate\nfrom acc import __accelerate_version__ as __version__\n"
+                   "from acc import __accelerate_version__ as v\nprint(accelerate.__accelerate_version__, "
+                   "__version__, v)\n")
+    (tmp_path / "s.py").write_text(new)
+    out = subprocess.run([sys.executable, str(tmp_path / "s.py")], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [acc.__accelerate_version__] * 3 and acc.__accelerate_version__ == "1.15.0"
 
 
 def test_rewrite_of_an_unused_module_import_and_of_crlf_sources():
