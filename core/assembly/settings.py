@@ -78,6 +78,9 @@ def core_settings() -> list[Setting]:
         Setting(
             "mixed_precision", str, "no", "mixed precision mode", ("--mixed-precision",),
             choices=("no", "fp16", "bf16"),
+            refused=(("fp8", "acc has no fp8 mixed precision yet (Accelerate's needs torchao, Transformer Engine or "
+                              "MS-AMP and a GPU with fp8 support: Hopper such as H100/H200, or Ada); use bf16, which "
+                              "those GPUs run natively"),),
         ),
         Setting(
             "gradient_accumulation_steps", int, 1, "micro-steps per optimizer step",

@@ -39,6 +39,7 @@ class Setting:
     owner: str = CORE_OWNER
     presets: tuple[tuple[str, Any], ...] | None = None  # (semantics, default) pairs: a default per preset
     scoped: bool = False  # a plugin's own name: registered as "<plugin>.<name>" (see SettingsRegistry.add)
+    refused: tuple[tuple[str, str], ...] = ()  # (value, why): values users ask for that are not offered, explained
 
     @property
     def env_var(self) -> str:
@@ -78,6 +79,9 @@ class Setting:
             value = self._convert(raw)
         except (TypeError, ValueError):
             raise ValueError(f"expected {self.describe_valid()}, got {raw!r}") from None
+        why = dict(self.refused).get(value) if isinstance(value, str) else None
+        if why is not None:
+            raise ValueError(f"{raw!r} is not supported: {why} (expected {self.describe_valid()})")
         if self.choices and value not in self.choices:
             raise ValueError(f"expected {self.describe_valid()}, got {raw!r}{did_you_mean(str(value), self.choices)}")
         if self.kind is int and value is not None and not -(2**63) <= value < 2**64:

@@ -140,6 +140,8 @@ _LAZY = {
     "PrepareForLaunch": ("acc.utils.launch", "PrepareForLaunch"),
     "MegatronLMDummyScheduler": ("acc.compat.recipes", "MegatronLMDummyScheduler"),
     "has_4bit_bnb_layers": ("acc.utils.bnb", "has_4bit_bnb_layers"),
+    "has_ao_layers": ("acc.utils.ao", "has_ao_layers"),
+    "has_transformer_engine_layers": ("acc.utils.transformer_engine", "has_transformer_engine_layers"),
     "load_and_quantize_model": ("acc.utils.bnb", "load_and_quantize_model"),
     "prepare_multi_gpu_env": ("acc.utils.launch", "prepare_multi_gpu_env"),
     "_filter_args": ("acc.utils.launch", "_filter_args"),

@@ -51,3 +51,21 @@ def test_quantizing_without_bitsandbytes_names_the_install_command():
 def test_the_quantization_config_refuses_8_and_4_bit_at_once():
     with pytest.raises(ValueError):
         BnbQuantizationConfig(load_in_8bit=True, load_in_4bit=True)
+
+
+@pytest.mark.parametrize("name,package", [("has_ao_layers", "torchao"),
+                                          ("has_transformer_engine_layers", "transformer_engine")])
+def test_fp8_layer_checks_name_the_library_they_need(name, package):
+    import acc.utils
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed")
+    with pytest.raises(ImportError, match=f"pip install {package}"):
+        getattr(acc.utils, name)(nn.Linear(2, 2))
+
+
+def test_fp8_mixed_precision_is_refused_saying_what_it_needs():
+    from acc import Accelerator, AccError
+
+    with pytest.raises(AccError, match="no fp8 mixed precision yet .*GPU with fp8 support"):
+        Accelerator(mixed_precision="fp8")
