@@ -85,6 +85,7 @@ def _dataloader_config_settings(config: DataLoaderConfiguration) -> dict[str, An
 
 
 def _check_handlers(handlers: list) -> None:
+    from acc.compat.recipes import AORecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
     from acc.contract.kwargs import KwargsHandler
 
     seen: set[type] = set()
@@ -92,6 +93,10 @@ def _check_handlers(handlers: list) -> None:
         if not isinstance(handler, KwargsHandler):
             raise TypeError(f"kwargs_handlers: {handler!r} is not a kwargs handler (e.g. DistributedDataParallelKwargs,"
                             " GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs)")
+        if isinstance(handler, (AORecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs)):
+            raise AccError(f"kwargs_handlers: {type(handler).__name__} asks for fp8 training, which acc does not have "
+                           "yet (it needs torchao, Transformer Engine or MS-AMP and a GPU with fp8: Hopper or Ada); "
+                           "remove the handler and use mixed_precision='bf16'")
         if type(handler) in seen:
             raise ValueError(f"kwargs_handlers: only one {type(handler).__name__} may be given")
         seen.add(type(handler))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acc.contract.enums import DistributedType
+from acc.compat.plugin_objects import ProfileKwargs
+from acc.contract.enums import DistributedType, FP8BackendType
+from acc.contract.kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -49,6 +51,21 @@ class RunViews:
     @property
     def settings(self) -> Any:
         return self.ctx.settings
+
+    # The kwargs handlers given to Accelerator(kwargs_handlers=...), under Accelerate's attribute names (None: not
+    # given). acc refuses fp8 recipe handlers when the Accelerator is built, so those read None and fp8 is off.
+    ddp_handler = property(lambda self: self.ctx.handler(DistributedDataParallelKwargs))
+    scaler_handler = property(lambda self: self.ctx.handler(GradScalerKwargs))
+    init_handler = property(lambda self: self.ctx.handler(InitProcessGroupKwargs))
+    autocast_handler = property(lambda self: self.ctx.handler(AutocastKwargs))
+    profile_handler = property(lambda self: self.ctx.handler(ProfileKwargs))
+    fp8_recipe_handler = ao_recipe_handler = te_recipe_handler = msamp_recipe_handler = None
+    has_fp8_handler = fp8_enabled = has_lomo_optimizer = False
+
+    @property
+    def fp8_backend(self) -> Any:
+        """Accelerate's FP8BackendType of the run: NO (acc has no fp8 training)."""
+        return FP8BackendType.NO
 
     @property
     def backend(self) -> str:

@@ -69,3 +69,15 @@ def test_fp8_mixed_precision_is_refused_saying_what_it_needs():
 
     with pytest.raises(AccError, match="no fp8 mixed precision yet .*GPU with fp8 support"):
         Accelerator(mixed_precision="fp8")
+
+
+def test_fp8_recipe_handlers_are_refused_and_handlers_show_under_accelerates_names():
+    from acc import Accelerator, AccError
+    from acc.utils import DistributedDataParallelKwargs, FP8BackendType, MSAMPRecipeKwargs
+
+    with pytest.raises(AccError, match="MSAMPRecipeKwargs asks for fp8 training"):
+        Accelerator(kwargs_handlers=[MSAMPRecipeKwargs()])
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
+    accelerator = Accelerator(kwargs_handlers=[ddp])
+    assert accelerator.ddp_handler is ddp and accelerator.scaler_handler is None
+    assert accelerator.fp8_backend is FP8BackendType.NO and not accelerator.has_fp8_handler
