@@ -48,6 +48,7 @@ _LAZY = {
     "TorchDynamoPlugin": ("acc.compat.plugin_objects", "TorchDynamoPlugin"),
     "ProfileKwargs": ("acc.compat.plugin_objects", "ProfileKwargs"),
     "prepare_pippy": ("acc.inference", "prepare_pippy"),
+    "ParallelismConfig": ("acc.parallelism_config", "ParallelismConfig"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,4 +77,5 @@ __all__ = [
     "is_rich_available", "load_checkpoint_in_model",
     "WorkerFailedError", "debug_launcher", "launch", "notebook_launcher",
     "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "ProfileKwargs", "TorchDynamoPlugin", "prepare_pippy",
+    "ParallelismConfig",
 ]

@@ -176,3 +176,16 @@ def move_optimizer_state(optimizer: Any, device: Any) -> None:
         for key, value in state.items():
             if isinstance(value, torch.Tensor) and value.device != device and key != "step":
                 state[key] = value.to(device)
+
+
+class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
+    """Accelerate's wrapper of a scheduler that DeepSpeed's engine steps itself (with its optimizer step): `step()`
+    does nothing, so the schedule is not advanced twice. Libraries build it or check for it (transformers' Trainer
+    skips saving and loading such a scheduler's state: DeepSpeed's checkpoint holds it)."""
+
+    def __init__(self, scheduler: Any, optimizers: Any) -> None:
+        super().__init__(scheduler, list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers],
+                         LoopState())
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        return None

@@ -263,6 +263,10 @@ class GradientState:
     def sync_gradients(self, value: bool) -> None:
         self._loop.sync_gradients = bool(value)
 
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        """Accelerate's setter that loops of their own call (transformers' Trainer, before each micro-step)."""
+        self.sync_gradients = sync_gradients
+
     @property
     def end_of_dataloader(self) -> bool:
         return self._loop.end_of_dataloader

@@ -152,6 +152,11 @@ _LAZY = {
     "write_basic_config": ("acc.utils.other", "write_basic_config"),
     # fsdp_utils
     "merge_fsdp_weights": ("acc.utils.fsdp_utils", "merge_fsdp_weights"),
+    **{name: ("acc.utils.fsdp_utils", name) for name in ("load_fsdp_model", "load_fsdp_optimizer", "save_fsdp_model",
+                                                         "save_fsdp_optimizer")},
+    # deepspeed
+    "DeepSpeedSchedulerWrapper": ("acc.utils.deepspeed", "DeepSpeedSchedulerWrapper"),
+    "HfDeepSpeedConfig": ("acc.utils.deepspeed", "HfDeepSpeedConfig"),
     # tqdm (the function; acc.utils has no `tqdm` submodule that could shadow it)
     "tqdm": ("acc.utils._tqdm", "tqdm"),
     # every name of acc.utils.dataclasses, the constants, the N-D parallelism configuration

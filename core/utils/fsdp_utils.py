@@ -1,5 +1,6 @@
-"""`merge_fsdp_weights` (Accelerate's `accelerate.utils.fsdp_utils`): one weights file from a sharded checkpoint,
-through the same code as `acc merge-weights` (`acc.checkpointing.merge`)."""
+"""Accelerate's `accelerate.utils.fsdp_utils`: `merge_fsdp_weights`, one weights file from a sharded checkpoint,
+through the same code as `acc merge-weights` (`acc.checkpointing.merge`); `save_fsdp_model`, `load_fsdp_model`,
+`save_fsdp_optimizer`, `load_fsdp_optimizer` on torch.distributed.checkpoint (`acc.checkpointing.fsdp_files`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from acc.checkpointing.fsdp_files import load_fsdp_model, load_fsdp_optimizer, save_fsdp_model, save_fsdp_optimizer
 from acc.logging import get_logger
 from acc.utils.constants import SAFE_WEIGHTS_NAME, WEIGHTS_NAME  # noqa: F401  (Accelerate names them here too)
 
@@ -54,4 +56,4 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
     return target
 
 
-__all__ = ["merge_fsdp_weights"]
+__all__ = ["load_fsdp_model", "load_fsdp_optimizer", "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer"]

@@ -56,7 +56,7 @@ def test_code_arguments_override_and_warn_when_contradicting_explicit_settings(m
     with pytest.warns(UserWarning, match="overrides gradient_accumulation_steps=3 from env"):
         a = Accelerator(gradient_accumulation_steps=2, plugin_manager=fresh_pm)
     assert a.gradient_accumulation_steps == 2 and a.settings.source("gradient_accumulation_steps").startswith("code")
-    with pytest.raises(acc.AccError, match=r"Accelerator\(mixed_precision='fp8'\): expected one of"):
+    with pytest.raises(acc.AccError, match=r"Accelerator\(mixed_precision='fp8'\): 'fp8' is not supported: .*expected one of"):
         Accelerator(mixed_precision="fp8", plugin_manager=fresh_pm)
 
 

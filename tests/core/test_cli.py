@@ -111,7 +111,10 @@ def test_bad_flag_value(script):
     result = invoke("launch", "--nproc", "two", str(script))
     assert result.exit_code == 2 and "flag --nproc: expected an integer >= 1, got 'two'" in result.output
     result = invoke("launch", "--mixed-precision", "fp8", str(script))
-    assert result.exit_code == 2 and "expected one of: no, fp16, bf16, got 'fp8'" in result.output
+    assert result.exit_code == 2 and "'fp8' is not supported: acc has no fp8 mixed precision yet" in result.output
+    assert "(expected one of: no, fp16, bf16)" in result.output
+    result = invoke("launch", "--mixed-precision", "fp4", str(script))
+    assert result.exit_code == 2 and "expected one of: no, fp16, bf16, got 'fp4'" in result.output
 
 
 def test_static_rendezvous_without_a_port(script):
