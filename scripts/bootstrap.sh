@@ -22,8 +22,9 @@ for dir in "$root"/plugins/*/; do
   name="$(basename "$dir")"
   # xla pins its own torch and is tested in its own venv (scripts/xla-lane.sh); _template is a skeleton; the
   # tracker plugins depend on their libraries (tensorboard, mlflow, wandb), which are never acc dependencies: they
-  # are tested in their own venv (scripts/trackers-venv.sh, built by tests/plugins/trackers)
-  case "$name" in xla|_template|tensorboard|mlflow|wandb) continue ;; esac
+  # are tested in their own venv (scripts/trackers-venv.sh, built by tests/plugins/trackers); accelerate is the
+  # drop-in that takes Hugging Face Accelerate's distribution name, tested in its own venv (tests/dropin)
+  case "$name" in xla|_template|tensorboard|mlflow|wandb|accelerate) continue ;; esac
   [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
 done
 # test tools (hypothesis: the property-based tests of bad input; pyyaml: the tests read Accelerate YAML configs;

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from acc.assembly.hardware import visible_cuda_devices
+from acc.compat.dropin import describe as describe_accelerate
 from acc.contract.version import __version__
 
 
@@ -32,6 +33,7 @@ def env(config_file: Path | None) -> None:
     rows = [
         ("acc-core", __version__),
         ("acc location", shutil.which("acc") or sys.argv[0]),
+        ("import accelerate", describe_accelerate()),
         ("python", f"{platform.python_version()} ({platform.python_implementation()}) at {sys.executable}"),
         ("platform", platform.platform()),
         ("numpy", report.numpy_version()),

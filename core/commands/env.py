@@ -17,6 +17,7 @@ from typing import Any
 
 from acc.assembly.hardware import visible_cuda_devices
 from acc.commands.config.config_args import default_config_file, load_config_from_file
+from acc.compat.dropin import describe as describe_accelerate
 from acc.contract.version import __version__
 from acc.errors import AccError
 
@@ -92,6 +93,7 @@ def env_command(args: argparse.Namespace) -> dict[str, Any]:
         "PyTorch version": view.version,
         "PyTorch accelerator": view.accelerator,
         "System RAM": report.system_ram(),
+        "`import accelerate`": describe_accelerate(),
         **dict(view.device_rows),
         **_acc_rows(args.config_file),
     }

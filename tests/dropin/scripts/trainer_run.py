@@ -1,0 +1,68 @@
+"""transformers' Trainer on a tiny causal LM built locally (no downloads): gradient accumulation, evaluation,
+save_steps checkpoints and, with --resume, resume_from_checkpoint. It imports only transformers and torch, so the
+same file runs on Hugging Face Accelerate and on acc's `accelerate` drop-in. Writes the loss of every logging step
+and the final weights' digest to --out (JSON, main process)."""
+
+import argparse
+import json
+import os
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+
+
+class StepsTrainedHere(TrainerCallback):
+    """The optimizer steps this process ran (a resumed run starts after its checkpoint's step)."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append(state.global_step)
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, 64, (n, 16), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    model = LlamaForCausalLM(config)
+    training = TrainingArguments(
+        output_dir=args.output_dir, per_device_train_batch_size=4, per_device_eval_batch_size=4,
+        gradient_accumulation_steps=2, max_steps=args.max_steps, learning_rate=1e-3, logging_steps=1,
+        eval_strategy="steps", eval_steps=3, save_steps=3, save_strategy="steps", report_to=[], seed=0,
+        data_seed=0, use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
+    )
+    here = StepsTrainedHere()
+    trainer = Trainer(model=model, args=training, train_dataset=Tokens(96, 1), eval_dataset=Tokens(16, 2),
+                      callbacks=[here])
+    trainer.train(resume_from_checkpoint=args.resume or None)
+    if trainer.is_world_process_zero():
+        losses = {str(e["step"]): e["loss"] for e in trainer.state.log_history if "loss" in e}
+        evals = {str(e["step"]): e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e}
+        weights = {k: v.detach().double().flatten().tolist() for k, v in trainer.model.state_dict().items()}
+        with open(args.out, "w") as f:
+            json.dump({"losses": losses, "eval_losses": evals, "weights": weights,
+                       "world_size": training.world_size, "steps_here": here.steps, "accelerate": __import__("accelerate").__version__,
+                       "pid": os.getpid()}, f)
+
+
+if __name__ == "__main__":
+    main()
