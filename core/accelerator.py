@@ -251,6 +251,7 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
             if any(has_meta(m) for m in models):
                 check_meta_models(models, self.backend, self._hooks.acc_init_module(ctx=self.ctx, empty_init=None))
             raw_opts = [objects[i] for i in opt_idx]
+            self._runtime.reread_backend_plugins()
             wrapped_models, wrapped_opts = self._hooks.acc_wrap(ctx=self.ctx, models=models, optimizers=raw_opts)
             if len(wrapped_models) != len(models) or len(wrapped_opts) != len(raw_opts):
                 raise AccError(f"backend '{self.backend}' answered acc_wrap with the wrong number of objects")
@@ -338,8 +339,9 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
 
     # ------------------------------------------------------------------ training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate `loss`, divided by the accumulation steps, scaled for fp16."""
-        if self.gradient_accumulation_steps > 1:
+        """Backpropagate `loss`, divided by the accumulation steps (not with DeepSpeed's `scale_wrt_gas=False`: the
+        caller divided it, as transformers' Trainer does), scaled for fp16."""
+        if kwargs.pop("scale_wrt_gas", True) and self.gradient_accumulation_steps > 1:
             loss = loss / self.gradient_accumulation_steps
         loss = self._precision.scale_loss(loss)
         self._backward_hook(ctx=self.ctx, loss=loss, kwargs=kwargs)

@@ -30,10 +30,10 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _options(full: bool, strict: bool = True) -> Any:
+def _options(full: bool) -> Any:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(full_state_dict=full, cpu_offload=full, strict=strict)
+    return StateDictOptions(full_state_dict=full, cpu_offload=full)
 
 
 def _name(stem: str, index: int, full: bool, suffix: str = ".bin") -> str:
@@ -48,9 +48,8 @@ def save_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, output_dir: 
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     full = _full(fsdp_plugin)
+    _refuse_adapter_only(model, adapter_only)
     state = get_model_state_dict(model, options=_options(full))
-    if adapter_only:
-        state = {k: v for k, v in state.items() if "lora_" in k or "adapter" in k}
     target = Path(output_dir) / _name("pytorch_model_fsdp", model_index, full)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     if full:
@@ -70,6 +69,7 @@ def load_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, input_dir: s
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     full = _full(fsdp_plugin)
+    _refuse_adapter_only(model, adapter_only)
     source = Path(input_dir)
     if full:
         path = source if source.is_file() else source / _name("pytorch_model_fsdp", model_index, True)
@@ -79,7 +79,7 @@ def load_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, input_dir: s
         state = {"model": get_model_state_dict(model, options=_options(False))}
         dcp.load(state, checkpoint_id=str(path))
         state = state["model"]
-    set_model_state_dict(model, state, options=_options(full, strict=not adapter_only))
+    set_model_state_dict(model, state, options=_options(full))
 
 
 def save_fsdp_optimizer(fsdp_plugin: Any, accelerator: Any, optimizer: Any, model: Any,
@@ -121,6 +121,17 @@ def load_fsdp_optimizer(fsdp_plugin: Any, accelerator: Any, optimizer: Any, mode
         dcp.load(wrapped, checkpoint_id=str(path))
         state = wrapped["optimizer"]
     set_optimizer_state_dict(model, inner, state, options=_options(full))
+
+
+def _refuse_adapter_only(model: Any, adapter_only: bool) -> None:
+    """`adapter_only` (transformers' Trainer always passes it) means something only for a peft model: its adapter
+    weights alone. acc does not write those yet; for any other model the whole state is written, as in Accelerate."""
+    inner = getattr(model, "module", model)
+    if adapter_only and any(type(m).__name__.startswith("Peft") for m in (model, inner)):
+        from acc.errors import AccError
+
+        raise AccError("save_fsdp_model/load_fsdp_model(adapter_only=True) of a peft model: acc does not write "
+                       "adapter-only FSDP checkpoints yet; save the adapter with model.save_pretrained(...)")
 
 
 def _unwrap(optimizer: Any) -> Any:

@@ -475,10 +475,16 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
         off_only(key, "acc has no activation-checkpointing setting yet; use torch.utils.checkpoint in the model")
     if given.get("fsdp_state_dict_type", (None,))[0] is not None:
         raw, where = given["fsdp_state_dict_type"]
-        if str(raw).strip().upper() not in ("SHARDED_STATE_DICT", "3"):  # 3: torch's StateDictType value
+        kind = str(raw).strip().upper()
+        if kind in ("FULL_STATE_DICT", "1"):  # torch's StateDictType values: 1 full, 2 local, 3 sharded
+            notes.append(f"{where}: fsdp_state_dict_type FULL_STATE_DICT applies to save_fsdp_model and "
+                         "save_fsdp_optimizer (what transformers' Trainer calls): one full file, as in Accelerate; "
+                         "acc's save_state still writes each process's shard, loadable on any number of processes")
+        elif kind not in ("SHARDED_STATE_DICT", "3"):
             raise ConfigError(f"{where}: fsdp_state_dict_type {raw} is not supported by acc's fsdp backend: save_state "
                               "writes each process's shard (SHARDED_STATE_DICT), loadable on any number of processes; "
-                              "save_model and `acc merge-weights` write the full weights")
+                              "FULL_STATE_DICT is taken for save_fsdp_model; save_model and `acc merge-weights` "
+                              "write the full weights")
     if given.get("fsdp_ignored_modules", (None,))[0] not in (None, "", [], "none", "None"):
         raise ConfigError(f"{given['fsdp_ignored_modules'][1]}: fsdp_ignored_modules is not supported by acc's fsdp "
                           "backend yet")

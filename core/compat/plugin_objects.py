@@ -166,7 +166,8 @@ class FullyShardedDataParallelPlugin:
     `sharding_strategy` / `reshard_after_forward` -> the fsdp_strategy setting (FULL_SHARD or True: full_shard,
     SHARD_GRAD_OP or False: shard_grad_op, HYBRID_SHARD: hybrid_shard); `auto_wrap_policy` with
     `transformer_cls_names_to_wrap` or `min_num_params` -> fsdp_wrap; `cpu_offload` -> fsdp_cpu_offload.
-    `state_dict_type`: SHARDED_STATE_DICT (what acc's save_state writes). `cpu_ram_efficient_loading` or
+    `state_dict_type`: what `save_fsdp_model`/`save_fsdp_optimizer` write (FULL_STATE_DICT: one file; SHARDED_STATE_DICT,
+    Accelerate's FSDP2 default: a torch.distributed.checkpoint directory); acc's save_state writes shards either way. `cpu_ram_efficient_loading` or
     `sync_module_states` -> fsdp_from_rank0 (every process gets its shards of process 0's weights at prepare;
     the others may build on the meta device). `backward_prefetch`, `use_orig_params` and `limit_all_gathers` are FSDP1
     options: accepted with a warning that they have no effect.

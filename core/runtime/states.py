@@ -165,7 +165,10 @@ class AcceleratorState(PartialState):
 
     @property
     def fsdp_plugin(self) -> Any:
-        return None
+        """The FullyShardedDataParallelPlugin when the run uses the fsdp backend (the one given to the Accelerator,
+        or one with Accelerate's FSDP2 defaults), else None, as in Accelerate."""
+        run = self._run
+        return run.fsdp_plugin if run.distributed_type == DistributedType.FSDP else None
 
     @property
     def dynamo_plugin(self) -> Any:
@@ -196,7 +199,7 @@ class _DeepSpeedView:
 
     @property
     def hf_ds_config(self) -> Any:
-        return None
+        return self._run.hf_ds_config
 
 
 class GradientState:

@@ -38,6 +38,7 @@ class Runtime(CollectivesMixin):
         assembly = assemble_worker(pm=plugin_manager)
         settings = assembly.settings
         code = dict(code or {})
+        self.backend_plugins: list = []  # the ones this run's backend applies (Accelerate's state shows them)
         for plugin in backend_plugins or []:  # Accelerate's DeepSpeedPlugin / FullyShardedDataParallelPlugin
             name = type(plugin).__name__
             if plugin.backend != settings["backend"]:
@@ -45,6 +46,7 @@ class Runtime(CollectivesMixin):
                               f"(Accelerate ignores it too without {plugin.backend}); launch with --backend "
                               f"{plugin.backend} to use it", stacklevel=3)
                 continue
+            self.backend_plugins.append(plugin)
             for key, value in plugin.to_settings().items():
                 code.setdefault(key, value)
         for name, value in code.items():
@@ -120,6 +122,59 @@ class Runtime(CollectivesMixin):
     @property
     def distributed_type(self) -> DistributedType | str:
         return as_distributed_type(self.ctx.process.distributed_type)
+
+    @functools.cached_property
+    def fsdp_plugin(self) -> Any:
+        """The FullyShardedDataParallelPlugin of a run on the fsdp backend: the one given to the Accelerator, else one
+        with Accelerate's FSDP2 defaults (SHARDED_STATE_DICT); its fsdp_version reads 2, what acc runs."""
+        from acc.compat.plugin_objects import FullyShardedDataParallelPlugin
+
+        plugin = next((p for p in self.backend_plugins if isinstance(p, FullyShardedDataParallelPlugin)), None)
+        if plugin is None:
+            plugin = FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
+        if plugin.fsdp_version is None:
+            plugin.fsdp_version = 2
+        if plugin.state_dict_type is None:
+            plugin.state_dict_type = "SHARDED_STATE_DICT"
+        return plugin
+
+    @functools.cached_property
+    def hf_ds_config(self) -> Any:
+        """Accelerate's `deepspeed_plugin.hf_ds_config`: the HfDeepSpeedConfig given in the DeepSpeedPlugin (the very
+        object, which transformers' Trainer completes before prepare), else one over the run's DeepSpeed config."""
+        from acc.compat.deepspeed_config import HfDeepSpeedConfig
+
+        given = next((p.hf_ds_config for p in self.backend_plugins
+                      if isinstance(getattr(getattr(p, "hf_ds_config", None), "config", None), dict)), None)
+        if given is not None:
+            return given
+        view = HfDeepSpeedConfig({})
+        view.config = self.ctx.backend_config  # the same dict: the user's config until prepare, the engine's after
+        view.set_stage_and_offload()
+        return view
+
+    def reread_backend_plugins(self) -> None:
+        """Read a DeepSpeedPlugin's config object again at prepare, as Accelerate reads it there: transformers'
+        Trainer fills its "auto" values (trainer_config_finalize) after the Accelerator is built."""
+        import json
+
+        for plugin in self.backend_plugins:
+            data = getattr(getattr(plugin, "hf_ds_config", None), "config", None)
+            if not isinstance(data, dict) or "deepspeed_config" not in self.ctx.settings:
+                continue
+            value = json.dumps(data)
+            if value != self.ctx.settings["deepspeed_config"]:
+                self.ctx.settings = self.ctx.settings.override(
+                    "deepspeed_config", value, "code DeepSpeedPlugin(hf_ds_config=...), read again at prepare")
+            steps, ours = data.get("gradient_accumulation_steps"), self.ctx.settings["gradient_accumulation_steps"]
+            source = self.ctx.settings.source("gradient_accumulation_steps")
+            if isinstance(steps, int) and steps != ours and ours == 1 and source.split()[0] in ("default", "code"):
+                # Accelerate takes the DeepSpeed config's value over the Accelerator's 1 (transformers' Trainer
+                # passes GradientAccumulationPlugin(num_steps=1) and writes its own count into the config)
+                warnings.warn(f"gradient accumulation steps: the Accelerator has 1 ({source}), the DeepSpeed config "
+                              f"has {steps}; using the DeepSpeed config's, as Accelerate does", stacklevel=4)
+                self.ctx.settings = self.ctx.settings.override(
+                    "gradient_accumulation_steps", steps, "code DeepSpeedPlugin(hf_ds_config=...) at prepare")
 
     @functools.cached_property
     def capabilities(self) -> Any:

@@ -206,7 +206,7 @@ def test_num_processes_that_does_not_divide_over_the_machines(script):
     (["--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "Block"],
      ["flag --fsdp_transformer_layer_cls_to_wrap", "TRANSFORMER_BASED_WRAP"]),
     (["--use_fsdp", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"], ["_no_split_modules", "name the classes"]),
-    (["--use_fsdp", "--fsdp_state_dict_type", "FULL_STATE_DICT"], ["flag --fsdp_state_dict_type", "SHARDED_STATE_DICT"]),
+    (["--use_fsdp", "--fsdp_state_dict_type", "LOCAL_STATE_DICT"], ["flag --fsdp_state_dict_type", "SHARDED_STATE_DICT"]),
     (["--tee", "1"], ["flag --tee 1", "use --tee 3"]),
     (["--dynamo_mode", "max-autotune"], ["Accelerate's --dynamo_mode is not supported", "torch.compile"]),
     (["--use_megatron_lm"], ["Accelerate's --use_megatron_lm is not supported", "fsdp (--use_fsdp)"]),

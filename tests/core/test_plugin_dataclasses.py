@@ -240,8 +240,8 @@ def test_the_mapped_fsdp_values_pass_the_backends_own_setting_checks():
      "is not supported by acc's fsdp backend yet: FSDP2 has no forward prefetch option"),
     ({"sharding_strategy": "NO_SHARD"}, "FullyShardedDataParallelPlugin(sharding_strategy='NO_SHARD'): NO_SHARD is "
      "not supported by acc's fsdp backend yet: use ddp"),
-    ({"state_dict_type": "FULL_STATE_DICT"}, "FullyShardedDataParallelPlugin(state_dict_type='FULL_STATE_DICT'): "
-     "fsdp_state_dict_type FULL_STATE_DICT is not supported by acc's fsdp backend: save_state writes each process's "
+    ({"state_dict_type": "LOCAL_STATE_DICT"}, "FullyShardedDataParallelPlugin(state_dict_type='LOCAL_STATE_DICT'): "
+     "fsdp_state_dict_type LOCAL_STATE_DICT is not supported by acc's fsdp backend: save_state writes each process's "
      "shard"),
     ({"mixed_precision_policy": "bf16"}, "FullyShardedDataParallelPlugin(mixed_precision_policy='bf16'): acc's fsdp "
      "backend takes mixed precision from mixed_precision (Accelerator(mixed_precision=\"bf16\")"),
@@ -277,6 +277,13 @@ def test_fsdp1_only_fields_are_accepted_with_a_warning_as_accelerates_fsdp2_drop
     with pytest.warns(UserWarning) as record:
         assert fsdp(**fields) == {}
     assert any(fragment in str(w.message) for w in record), [str(w.message) for w in record]
+
+
+def test_a_full_state_dict_is_taken_for_save_fsdp_model_saying_what_save_state_writes():
+    with pytest.warns(UserWarning) as record:
+        assert fsdp(state_dict_type="FULL_STATE_DICT") == {}
+    assert any("FULL_STATE_DICT applies to save_fsdp_model" in str(w.message) and "save_state still writes each "
+               "process's shard" in str(w.message) for w in record), [str(w.message) for w in record]
 
 
 # ---------------------------------------------------------------------------------------------- kwargs handlers

@@ -172,6 +172,8 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
                            f"them in the same call (got {len(optimizers)} optimizers with the model)")
     batch_sizes = [dl.per_process_batch_size for dl in ctx.dataloaders]
     where = ds_config.describe(ctx.settings["deepspeed_config"])
+    # the config as it is now: a script (transformers' Trainer) may have completed it since setup
+    ctx.backend_state["user_config"] = ds_config.read_user_config(ctx.settings["deepspeed_config"])
     config, problems = ds_config.complete(ctx.backend_state["user_config"], ctx.settings, ctx.num_processes,
                                           batch_sizes[0] if batch_sizes else None, where=where)
     if "train_micro_batch_size_per_gpu" not in config:
