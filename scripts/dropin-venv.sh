@@ -9,7 +9,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 pins=(torch==2.13.0 transformers==5.23.0 numpy==2.4.6 safetensors==0.8.0)
 case "${1:-}" in
-  acc) exec scripts/cached-venv.sh dropin -e . -e plugins/ddp -e plugins/accelerate -- "${pins[@]}" ;;
+  acc) exec scripts/cached-venv.sh dropin -e . -e plugins/ddp -e plugins/fsdp -e plugins/deepspeed -e plugins/accelerate \
+         -- "${pins[@]}" ;;
   accelerate) exec scripts/cached-venv.sh dropin-reference -- "${pins[@]}" accelerate==1.15.0 ;;
   *) echo "usage: scripts/dropin-venv.sh acc|accelerate (got '${1:-}')" >&2; exit 2 ;;
 esac

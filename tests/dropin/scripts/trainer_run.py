@@ -39,6 +39,8 @@ def main():
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--fsdp", action="store_true", help="TrainingArguments(fsdp='full_shard'), FSDP2")
+    parser.add_argument("--deepspeed", default=None, help="TrainingArguments(deepspeed=...): a ZeRO stage, 1-3")
     args = parser.parse_args()
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -49,15 +51,24 @@ def main():
         gradient_accumulation_steps=2, max_steps=args.max_steps, learning_rate=1e-3, logging_steps=1,
         eval_strategy="steps", eval_steps=3, save_steps=3, save_strategy="steps", report_to=[], seed=0,
         data_seed=0, use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
+        **({"fsdp": "full_shard", "fsdp_config": {"version": 2, "reshard_after_forward": True,
+                                                   "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                                                   "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
+           if args.fsdp else {}),
+        **({"deepspeed": {"zero_optimization": {"stage": int(args.deepspeed)}, "train_micro_batch_size_per_gpu": "auto",
+                          "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                          "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}}}
+           if args.deepspeed else {}),
     )
     here = StepsTrainedHere()
     trainer = Trainer(model=model, args=training, train_dataset=Tokens(96, 1), eval_dataset=Tokens(16, 2),
                       callbacks=[here])
     trainer.train(resume_from_checkpoint=args.resume or None)
+    state = trainer.accelerator.get_state_dict(trainer.model)  # every process: gathers a sharded model's weights
     if trainer.is_world_process_zero():
         losses = {str(e["step"]): e["loss"] for e in trainer.state.log_history if "loss" in e}
         evals = {str(e["step"]): e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e}
-        weights = {k: v.detach().double().flatten().tolist() for k, v in trainer.model.state_dict().items()}
+        weights = {k: v.detach().double().flatten().tolist() for k, v in state.items()}
         with open(args.out, "w") as f:
             json.dump({"losses": losses, "eval_losses": evals, "weights": weights,
                        "world_size": training.world_size, "steps_here": here.steps, "accelerate": __import__("accelerate").__version__,
