@@ -29,7 +29,7 @@ from acc.big_model.planner import (
     lookup,
 )
 from acc.big_model.sizes import ModelTensors, _as_dtype
-from acc.errors import AccError, CheckpointError
+from acc.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 
@@ -338,13 +338,18 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
     read for their forward. Weights are loaded per module that owns them (a module of a
     `preload_module_classes` class loads its whole subtree at once) and released after its forward.
     Inputs move to each entry's device; the model's output comes back to its input's device.
+    `offload_index` (Accelerate's: name -> {"dtype", "shape"} of `<offload_dir>/<name>.dat`, or -> {"safetensors_file",
+    "weight_name", "dtype"}) names weights already on disk for tensors left on the meta device.
     """
-    if offload_index is not None:
-        raise AccError("offload_index is not supported: acc writes and indexes offloaded weights itself "
-                       "(pass offload_dir)")
     remove_hooks(model)
     tensors = ModelTensors.of(model)
     device_map = check_device_map(model, device_map, tensors)
+    if offload_index:  # weights already offloaded (by transformers' from_pretrained): read them where they lie
+        from acc.big_model.files import index_records
+
+        lying = model.__dict__.setdefault(_OFFLOADED, {})
+        for name, record in index_records(offload_dir, dict(offload_index)).items():
+            lying.setdefault(name, record)
     main = _device(main_device if main_device is not None else execution_device(device_map.values()))
     if main.type == "cuda" and main.index is None:
         main = torch.device("cuda", 0)

@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -85,6 +86,52 @@ class LoadedRecord(TensorRecord):
     def read_range(self, start: int, stop: int) -> torch.Tensor:
         assert self.tensor is not None
         return self.tensor.reshape(-1)[start:stop].clone()
+
+
+@dataclass(frozen=True)
+class CastRecord(TensorRecord):
+    """A tensor read from disk and cast to `cast` (an offload index may ask for another dtype than the file's)."""
+
+    cast: torch.dtype | None = None
+
+    def read(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        tensor = super().read(device)
+        return tensor if self.cast is None else tensor.to(self.cast)
+
+
+def index_records(folder: str | Path | None, index: dict[str, Any]) -> dict[str, TensorRecord]:
+    """Records of the weights an Accelerate offload index names (what transformers' from_pretrained hands to
+    dispatch_model): an entry with a `safetensors_file` points into that file (`weight_name` in it), any other is
+    `<folder>/<name>.dat` with the entry's dtype and shape."""
+    headers: dict[str, dict[str, TensorRecord]] = {}
+    out: dict[str, TensorRecord] = {}
+    for name, info in index.items():
+        dtype = _dtype_named(info["dtype"]) if info.get("dtype") is not None else None
+        if info.get("safetensors_file") is not None:
+            file = str(info["safetensors_file"])
+            found = headers.setdefault(file, read_safetensors_index(file)).get(info.get("weight_name", name))
+            if found is None:
+                raise CheckpointError(f"offload index: '{name}' names {info.get('weight_name', name)!r}, which "
+                                      f"{file} does not hold")
+            out[name] = CastRecord(found.path, found.offset, found.nbytes, found.dtype, found.shape,
+                                   cast=dtype if dtype not in (None, found.dtype) else None)
+            continue
+        if folder is None or dtype is None or "shape" not in info:
+            raise CheckpointError(f"offload index: '{name}' needs dtype and shape and an offload folder, got {info}")
+        shape = tuple(int(d) for d in info["shape"])
+        numel = 1
+        for d in shape:
+            numel *= d
+        out[name] = TensorRecord(str(Path(folder) / f"{name}.dat"), 0, numel * torch.empty((), dtype=dtype).element_size(),
+                                 dtype, shape)
+    return out
+
+
+def _dtype_named(name: str) -> torch.dtype:
+    value = getattr(torch, str(name).replace("torch.", ""), None)
+    if not isinstance(value, torch.dtype):
+        raise CheckpointError(f"offload index: dtype {name!r} is not a torch dtype")
+    return value
 
 
 TORCH_SUFFIXES = (".bin", ".pt", ".pth")

@@ -75,7 +75,8 @@ def available_cpu_memory() -> int:
 
 def get_max_memory(max_memory: dict[Any, int | str] | None = None) -> dict[Device, int]:
     """Budgets in bytes, ordered GPUs, mps, cpu, disk. Given none: 90% of each GPU's free memory and of
-    the available CPU memory (disk is unlimited and added by the planner)."""
+    the available CPU memory (disk is unlimited and added by the planner). Sizes given as strings ("10GiB") are
+    converted in the given dict too, as Accelerate's get_max_memory does."""
     if max_memory is None:
         found: dict[Device, int] = {}
         if torch.cuda.is_available():
@@ -85,6 +86,9 @@ def get_max_memory(max_memory: dict[Any, int | str] | None = None) -> dict[Devic
         return found
     if not isinstance(max_memory, dict):
         raise DeviceMapError(f"max_memory must be a dict like {{0: '20GiB', 'cpu': '60GiB'}}, not {max_memory!r}")
+    for key, value in list(max_memory.items()):
+        if isinstance(value, str):  # in the caller's dict too, as Accelerate does (transformers reads it after)
+            max_memory[key] = parse_memory(value)
     out = {device_key(k): parse_memory(v) for k, v in max_memory.items()}
     return dict(sorted(out.items(), key=lambda kv: _order(kv[0])))
 
