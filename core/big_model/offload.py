@@ -55,6 +55,23 @@ def save_offload_index(index: Mapping[str, Any] | None, offload_folder: str | os
     path.write_text(json.dumps(current, indent=1) + "\n")
 
 
+def load_offloaded_weights(model: torch.nn.Module, index: Mapping[str, Any] | None,
+                           offload_folder: str | os.PathLike) -> None:
+    """Load every weight of an offload folder's `index` into `model`, on the CPU, in place (a tensor on the meta
+    device gets its data). An 8-bit weight's `SCB` statistics entry goes with its weight."""
+    from acc.big_model.tensors import set_module_tensor_to_device
+
+    for name, info in (index or {}).items():
+        if "SCB" in name:
+            continue
+        statistics_name = name.replace("weight", "SCB")
+        statistics = None
+        if "weight" in name and statistics_name in index:  # type: ignore[operator]
+            statistics = load_offloaded_weight(Path(offload_folder) / f"{statistics_name}.dat", index[statistics_name])
+        weight = load_offloaded_weight(Path(offload_folder) / f"{name}.dat", info)
+        set_module_tensor_to_device(model, name, "cpu", value=weight, fp16_statistics=statistics)
+
+
 def offload_state_dict(save_dir: str | os.PathLike, state_dict: Mapping[str, torch.Tensor]) -> None:
     """Write every tensor of `state_dict` into the offload folder `save_dir`, with its index."""
     index: dict[str, Any] = {}

@@ -124,7 +124,7 @@ _LAZY = {
     # offload
     **{name: ("acc.utils.offload", name) for name in (
         "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict", "load_offloaded_weight",
-        "offload_state_dict", "offload_weight", "save_offload_index")},
+        "load_offloaded_weights", "offload_state_dict", "offload_weight", "save_offload_index")},
     # other
     "clean_state_dict_for_safetensors": ("acc.utils.other", "clean_state_dict_for_safetensors"),
     "convert_bytes": ("acc.utils.other", "convert_bytes"),
@@ -163,6 +163,7 @@ _LAZY = {
     **{name: ("acc.utils.dataclasses", name) for name in _DATACLASSES},
     **{name: ("acc.utils.constants", name) for name in _CONSTANTS},
     "ParallelismConfig": ("acc.parallelism_config", "ParallelismConfig"),
+    "get_module_class_from_name": ("acc.utils.dataclasses", "get_module_class_from_name"),
     "CannotPadNestedTensorWarning": ("acc.runtime.collectives", "CannotPadNestedTensorWarning"),
     "DistributedOperationException": ("acc.runtime.collectives", "DistributedOperationException"),
     "pad_input_tensors": ("acc.utils.operations", "pad_input_tensors"),

@@ -27,6 +27,18 @@ _HOMES = {
 _LAZY = {name: (module, name) for module, names in _HOMES.items() for name in names}
 
 
+def get_module_class_from_name(module: Any, name: str) -> type | None:
+    """The class named `name` among `module` and its submodules (depth first), or None: how a wrap policy given
+    by class names (FSDP's transformer_cls_names_to_wrap) finds its classes."""
+    if type(module).__name__ == name:
+        return type(module)
+    for child in module.children():
+        found = get_module_class_from_name(child, name)
+        if found is not None:
+            return found
+    return None
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return lazy_names.resolve(globals(), _LAZY, name)
@@ -37,4 +49,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = sorted(_LAZY)
+__all__ = sorted([*_LAZY, "get_module_class_from_name"])

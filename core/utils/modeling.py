@@ -20,6 +20,7 @@ from acc.big_model import (  # noqa: F401  (Accelerate's acc.utils.modeling name
     infer_auto_device_map,
     load_checkpoint_in_model,
 )
+from acc.big_model.offload import load_offloaded_weights  # noqa: F401  (Accelerate has it here)
 from acc.big_model.offloaded import (  # noqa: F401  (Accelerate's names, acc.big_model's objects)
     align_module_device,
     get_state_dict_from_offload,

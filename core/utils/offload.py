@@ -6,10 +6,11 @@ from acc.big_model.offload import (
     OffloadedWeightsLoader,
     extract_submodules_state_dict,
     load_offloaded_weight,
+    load_offloaded_weights,
     offload_state_dict,
     offload_weight,
     save_offload_index,
 )
 
 __all__ = ["OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict", "load_offloaded_weight",
-           "offload_state_dict", "offload_weight", "save_offload_index"]
+           "load_offloaded_weights", "offload_state_dict", "offload_weight", "save_offload_index"]

@@ -51,3 +51,28 @@ def test_get_max_memory_converts_the_given_sizes_in_place_as_accelerate_does():
     budgets = {"cpu": "2MB", "disk": 10}
     out = get_max_memory(budgets)
     assert budgets == {"cpu": 2 * 10**6, "disk": 10} and out == {"cpu": 2 * 10**6, "disk": 10}
+
+
+def test_load_offloaded_weights_fills_a_meta_model_from_an_offload_folder(tmp_path):
+    from acc.utils import load_offloaded_weights, offload_state_dict
+    from acc.utils.modeling import load_offloaded_weights as same
+
+    reference, x = model(), torch.randn(5, 4)
+    offload_state_dict(tmp_path, reference.state_dict())
+    import json
+
+    meta = empty_copy()
+    load_offloaded_weights(meta, json.loads((tmp_path / "index.json").read_text()), tmp_path)
+    assert same is load_offloaded_weights and not meta[0].weight.is_meta
+    assert torch.equal(meta(x), reference(x))
+
+
+def test_get_module_class_from_name_finds_a_submodules_class():
+    from acc.utils import get_module_class_from_name
+    from acc.utils.dataclasses import get_module_class_from_name as same
+
+    net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.LayerNorm(2)))
+    assert same is get_module_class_from_name
+    assert get_module_class_from_name(net, "LayerNorm") is nn.LayerNorm
+    assert get_module_class_from_name(net, "Sequential") is nn.Sequential
+    assert get_module_class_from_name(net, "Conv2d") is None
