@@ -1,9 +1,11 @@
 """transformers' Trainer on acc's `accelerate` drop-in against the same run on Hugging Face Accelerate 1.15 (its own
 venv): a tiny causal LM built locally (tests/dropin/scripts/trainer_run.py: gradient accumulation 2, evaluation and a
 checkpoint every 3 steps), uninterrupted and resumed from its step-3 checkpoint. On acc: 1 process, and 2 processes
-on ddp, on fsdp (`TrainingArguments(fsdp=...)`) and on deepspeed (`TrainingArguments(deepspeed=...)`, ZeRO 2 and 3).
+on ddp, on fsdp (`TrainingArguments(fsdp=...)`) and on deepspeed (`TrainingArguments(deepspeed=...)`, ZeRO 2 and 3);
+a peft LoRA adapter on 1 and 2 processes.
 The reference is Accelerate on 1 process, or on 2 under torchrun: its DDP (on a CPU, Accelerate runs
-`TrainingArguments(fsdp=...)` as DDP too). Every logged loss and every final weight agree within 1e-5."""
+`TrainingArguments(fsdp=...)` as DDP too), and its DeepSpeed (on DeepSpeed's CPU accelerator) for the deepspeed
+runs. Every logged loss and every final weight agree within 1e-5."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCRIPT = Path(__file__).parent / "scripts" / "trainer_run.py"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "ACC_DROPIN_QUIET": "1",
-       "TRANSFORMERS_VERBOSITY": "error"}
+       "TRANSFORMERS_VERBOSITY": "error", "DS_ACCELERATOR": "cpu"}
 TOLERANCE = 1e-5
 
 
@@ -37,16 +39,17 @@ def train(python: Path, start: list[str], workdir: Path, resume: bool, extra: tu
 
 @pytest.fixture(scope="session")
 def reference(accelerate_python, tmp_path_factory):
-    """Accelerate's results by (processes, resumed), each run once per session."""
-    runs: dict[tuple[int, bool], dict] = {}
+    """Accelerate's results by (processes, resumed, script arguments), each run once per session."""
+    runs: dict[tuple[int, bool, tuple[str, ...]], dict] = {}
 
-    def get(nproc: int, resume: bool) -> dict:
-        if (nproc, resume) not in runs:
+    def get(nproc: int, resume: bool, extra: tuple[str, ...] = ()) -> dict:
+        key = (nproc, resume, extra)
+        if key not in runs:
             start = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
             workdir = tmp_path_factory.mktemp(f"accelerate-{nproc}-{resume}")
-            runs[nproc, resume] = train(accelerate_python, start, workdir, resume)
-            assert runs[nproc, resume]["accelerate"] == "1.15.0"
-        return runs[nproc, resume]
+            runs[key] = train(accelerate_python, start, workdir, resume, extra)
+            assert runs[key]["accelerate"] == "1.15.0"
+        return runs[key]
 
     return get
 
@@ -65,23 +68,26 @@ def compare(ours: dict, theirs: dict, label: str, resume: bool) -> None:
     assert loss <= TOLERANCE and evals <= TOLERANCE and weight <= TOLERANCE
 
 
-CASES = [  # (label, processes, acc launch arguments, script arguments)
-    ("1 process", 1, None, ()),
-    ("ddp, 2 processes", 2, ["--backend", "ddp"], ()),
-    ("fsdp, 2 processes", 2, ["--backend", "fsdp"], ("--fsdp",)),
-    ("deepspeed ZeRO-2, 2 processes", 2, ["--backend", "deepspeed"], ("--deepspeed", "2")),
+CASES = [  # (label, processes, acc launch arguments, script arguments, Accelerate's script arguments)
+    ("1 process", 1, None, (), ()),
+    ("ddp, 2 processes", 2, ["--backend", "ddp"], (), ()),
+    ("fsdp, 2 processes", 2, ["--backend", "fsdp"], ("--fsdp",), ()),
+    ("deepspeed ZeRO-2, 2 processes", 2, ["--backend", "deepspeed"], ("--deepspeed", "2"), ("--deepspeed", "2")),
+    ("peft LoRA, 1 process", 1, None, ("--lora",), ("--lora",)),
+    ("peft LoRA on ddp, 2 processes", 2, ["--backend", "ddp"], ("--lora",), ("--lora",)),
 ]
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["straight", "resumed"])
-@pytest.mark.parametrize("label,nproc,launch,extra", CASES, ids=[c[0].split(",")[0] for c in CASES])
+@pytest.mark.parametrize("label,nproc,launch,extra,theirs", CASES, ids=[c[0].replace(", ", "-").replace(" ", "_") for c in CASES])
 def test_trainer_trains_on_acc_as_on_accelerate(dropin_python, reference, tmp_path, label, nproc, launch, extra,
-                                                resume):
+                                                theirs, resume):
     start = [] if launch is None else ["-m", "acc", "launch", *launch, "--nproc", str(nproc)]
-    compare(train(dropin_python, start, tmp_path, resume, extra), reference(nproc, resume), label, resume)
+    compare(train(dropin_python, start, tmp_path, resume, extra), reference(nproc, resume, theirs), label, resume)
 
 
 def test_trainer_on_zero_3_trains_as_on_accelerate(dropin_python, reference, tmp_path):
     start = ["-m", "acc", "launch", "--backend", "deepspeed", "--nproc", "2"]
-    compare(train(dropin_python, start, tmp_path, False, ("--deepspeed", "3")), reference(2, False),
+    extra = ("--deepspeed", "3")
+    compare(train(dropin_python, start, tmp_path, False, extra), reference(2, False, extra),
             "deepspeed ZeRO-3, 2 processes", False)

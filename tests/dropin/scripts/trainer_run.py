@@ -41,11 +41,17 @@ def main():
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--fsdp", action="store_true", help="TrainingArguments(fsdp='full_shard'), FSDP2")
     parser.add_argument("--deepspeed", default=None, help="TrainingArguments(deepspeed=...): a ZeRO stage, 1-3")
+    parser.add_argument("--lora", action="store_true", help="train a peft LoRA adapter (q_proj, v_proj) instead")
     args = parser.parse_args()
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
     model = LlamaForCausalLM(config)
+    if args.lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                 lora_dropout=0.0, init_lora_weights="gaussian"))
     training = TrainingArguments(
         output_dir=args.output_dir, per_device_train_batch_size=4, per_device_eval_batch_size=4,
         gradient_accumulation_steps=2, max_steps=args.max_steps, learning_rate=1e-3, logging_steps=1,
@@ -55,16 +61,18 @@ def main():
                                                    "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                                                    "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
            if args.fsdp else {}),
-        **({"deepspeed": {"zero_optimization": {"stage": int(args.deepspeed)}, "train_micro_batch_size_per_gpu": "auto",
-                          "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-                          "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}}}
-           if args.deepspeed else {}),
+        **({"deepspeed": {
+            "zero_optimization": {"stage": int(args.deepspeed), "stage3_gather_16bit_weights_on_model_save": True},
+            "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "gradient_clipping": "auto",  # torch_adam: torch's AdamW, no DeepSpeed C++ op to build on this CPU
+            "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "torch_adam": True}},
+        }} if args.deepspeed else {}),
     )
     here = StepsTrainedHere()
     trainer = Trainer(model=model, args=training, train_dataset=Tokens(96, 1), eval_dataset=Tokens(16, 2),
                       callbacks=[here])
     trainer.train(resume_from_checkpoint=args.resume or None)
-    state = trainer.accelerator.get_state_dict(trainer.model)  # every process: gathers a sharded model's weights
+    state = trainer.accelerator.get_state_dict(trainer.model_wrapped)  # every process: gathers sharded weights
     if trainer.is_world_process_zero():
         losses = {str(e["step"]): e["loss"] for e in trainer.state.log_history if "loss" in e}
         evals = {str(e["step"]): e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e}
