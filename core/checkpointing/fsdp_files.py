@@ -40,86 +40,81 @@ def _name(stem: str, index: int, full: bool, suffix: str = ".bin") -> str:
     return (f"{stem}{suffix}" if index == 0 else f"{stem}_{index}{suffix}") if full else f"{stem}_{index}"
 
 
-def save_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, output_dir: str | os.PathLike,
-                    model_index: int = 0, adapter_only: bool = False) -> Path:
-    """Write `model`'s weights under `output_dir`; returns the file or directory written."""
+def _write(state: dict, output_dir: str | os.PathLike, stem: str, index: int, full: bool, key: str) -> Path:
+    """One full file written by the main process, or a torch.distributed.checkpoint directory every process writes
+    its part of (the state under `key`); every process returns when it is complete."""
     import torch
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    full = _full(fsdp_plugin)
-    _refuse_adapter_only(model, adapter_only)
-    state = get_model_state_dict(model, options=_options(full))
-    target = Path(output_dir) / _name("pytorch_model_fsdp", model_index, full)
+    target = Path(output_dir) / _name(stem, index, full)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     if full:
         if _is_main():
             torch.save(state, target)
     else:
-        dcp.save({"model": state}, checkpoint_id=str(target))
+        dcp.save({key: state}, checkpoint_id=str(target))
     _barrier()
     return target
+
+
+def _read(input_dir: str | os.PathLike, stem: str, index: int, full: bool, key: str, like: dict) -> dict:
+    """What `_write` wrote (`input_dir` may also be the file or directory itself); a sharded one is read into the
+    shape of `like`, the current state."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    source = Path(input_dir)
+    if full:
+        path = source if source.is_file() else source / _name(stem, index, True)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    path = source if (source / ".metadata").exists() else source / _name(stem, index, False)
+    wrapped = {key: like}
+    dcp.load(wrapped, checkpoint_id=str(path))
+    return wrapped[key]
+
+
+def save_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, output_dir: str | os.PathLike,
+                    model_index: int = 0, adapter_only: bool = False) -> Path:
+    """Write `model`'s weights under `output_dir`; returns the file or directory written."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    full = _full(fsdp_plugin)
+    _refuse_adapter_only(model, adapter_only)
+    state = get_model_state_dict(model, options=_options(full))
+    return _write(state, output_dir, "pytorch_model_fsdp", model_index, full, "model")
 
 
 def load_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, input_dir: str | os.PathLike,
                     model_index: int = 0, adapter_only: bool = False) -> None:
     """Load what `save_fsdp_model` wrote into `model` (a directory holding the file, or the sharded directory)."""
-    import torch
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     full = _full(fsdp_plugin)
     _refuse_adapter_only(model, adapter_only)
-    source = Path(input_dir)
-    if full:
-        path = source if source.is_file() else source / _name("pytorch_model_fsdp", model_index, True)
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    else:
-        path = source if (source / ".metadata").exists() else source / _name("pytorch_model_fsdp", model_index, False)
-        state = {"model": get_model_state_dict(model, options=_options(False))}
-        dcp.load(state, checkpoint_id=str(path))
-        state = state["model"]
+    like = {} if full else get_model_state_dict(model, options=_options(False))
+    state = _read(input_dir, "pytorch_model_fsdp", model_index, full, "model", like)
     set_model_state_dict(model, state, options=_options(full))
 
 
 def save_fsdp_optimizer(fsdp_plugin: Any, accelerator: Any, optimizer: Any, model: Any,
                         output_dir: str | os.PathLike, optimizer_index: int = 0) -> Path:
     """Write `optimizer`'s state (its parameters named as in `model`) under `output_dir`."""
-    import torch
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     full = _full(fsdp_plugin)
     state = get_optimizer_state_dict(model, _unwrap(optimizer), options=_options(full))
-    target = Path(output_dir) / _name("optimizer", optimizer_index, full)
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    if full:
-        if _is_main():
-            torch.save(state, target)
-    else:
-        dcp.save({"optimizer": state}, checkpoint_id=str(target))
-    _barrier()
-    return target
+    return _write(state, output_dir, "optimizer", optimizer_index, full, "optimizer")
 
 
 def load_fsdp_optimizer(fsdp_plugin: Any, accelerator: Any, optimizer: Any, model: Any,
                         input_dir: str | os.PathLike, optimizer_index: int = 0, adapter_only: bool = False) -> None:
     """Load what `save_fsdp_optimizer` wrote into `optimizer`."""
-    import torch
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
     full = _full(fsdp_plugin)
     inner = _unwrap(optimizer)
-    source = Path(input_dir)
-    if full:
-        path = source if source.is_file() else source / _name("optimizer", optimizer_index, True)
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    else:
-        path = source if (source / ".metadata").exists() else source / _name("optimizer", optimizer_index, False)
-        wrapped = {"optimizer": get_optimizer_state_dict(model, inner, options=_options(False))}
-        dcp.load(wrapped, checkpoint_id=str(path))
-        state = wrapped["optimizer"]
+    like = {} if full else get_optimizer_state_dict(model, inner, options=_options(False))
+    state = _read(input_dir, "optimizer", optimizer_index, full, "optimizer", like)
     set_optimizer_state_dict(model, inner, state, options=_options(full))
 
 
