@@ -131,3 +131,10 @@ def test_every_name_a_library_imports_from_accelerate_resolves(dropin_python, pa
 def test_transformers_trainer_imports(dropin_python):
     proc = run(dropin_python, "-c", "from transformers import Trainer, TrainingArguments; print('ok')")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
+
+
+def test_the_accelerate_command_is_accs(dropin_python):
+    proc = subprocess.run([str(dropin_python.parent / "accelerate"), "env"], capture_output=True, text=True, env=ENV,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("acc env") and "acc 0.1.0 at Accelerate's API level 1.15.0" in proc.stdout
