@@ -57,7 +57,7 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
     """
 
     # Accelerate's arguments acc takes only as None today (an error names them otherwise)
-    _unsupported_arguments = ("torch_tp_plugin", "megatron_lm_plugin", "parallelism_config")
+    _unsupported_arguments = ("torch_tp_plugin", "megatron_lm_plugin")
 
     def __init__(
         self,
@@ -103,7 +103,8 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
         self.gradient_accumulation_plugin = args.gradient_accumulation_plugin
         self._dataloader_config = args.dataloader_config
         code, handlers, backend_plugins = args.code, args.handlers, args.backend_plugins
-        self._runtime = Runtime(code, handlers, plugin_manager, backend_plugins=backend_plugins)
+        self._runtime = Runtime(code, handlers, plugin_manager, backend_plugins=backend_plugins,
+                                parallelism_config=args.parallelism_config)
         self._runtime.accelerator = weakref.ref(self)
         self._assembly: Assembly = self._runtime.assembly
         self._pm = self._runtime._pm

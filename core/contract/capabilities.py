@@ -14,6 +14,7 @@ from typing import Any
 SYNC_MODELS = ("every_step", "periodic", "none")
 STATE_MODELS = ("replicated", "sharded")
 COMPILE_MODELS = ("model", "backend")
+MESH_DIMS = ("dp_replicate", "dp_shard", "tp", "cp", "sp")  # Accelerate's ParallelismConfig dimensions
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class Capabilities:
     `compile`: how prepared models are compiled when the run asks for torch.compile (dynamo_backend): "model"
     (the kernel compiles the wrapped model whole) or "backend" (the backend compiles its own units in place inside
     acc_wrap, through `acc.backend.compile_units`; the kernel leaves the model as acc_wrap returned it).
-    `notes`: anything the dry run should show.
+    `mesh_dims`: the ParallelismConfig dimensions it drives (`Accelerator(parallelism_config=...)` may give a size
+    above 1 only to these): "dp_replicate" (whole replicas, as DDP), "dp_shard" (sharded data parallel, as FSDP or
+    ZeRO), "tp", "cp", "sp". `notes`: anything the dry run should show.
     """
 
     sync: str = "every_step"
@@ -42,6 +45,7 @@ class Capabilities:
     local_micro_steps: bool = True
     compile: str = "model"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    mesh_dims: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODELS:
@@ -50,6 +54,9 @@ class Capabilities:
             raise ValueError(f"Capabilities(state={self.state!r}): one of {', '.join(STATE_MODELS)}")
         if self.compile not in COMPILE_MODELS:
             raise ValueError(f"Capabilities(compile={self.compile!r}): one of {', '.join(COMPILE_MODELS)}")
+        unknown = [d for d in self.mesh_dims if d not in MESH_DIMS]
+        if unknown:
+            raise ValueError(f"Capabilities(mesh_dims={self.mesh_dims!r}): {unknown} not among {', '.join(MESH_DIMS)}")
         if self.sync == "periodic" and not (isinstance(self.sync_period, int) and self.sync_period >= 1):
             raise ValueError(f"Capabilities(sync='periodic') needs sync_period >= 1, got {self.sync_period!r}")
 
@@ -68,7 +75,8 @@ class Capabilities:
                 f"{'any' if self.reshard else 'the same'} process count; runs as {getattr(self.distributed_type, 'value', self.distributed_type)}; "
                 f"precision {'/'.join(self.mixed_precision)}"
                 + ("" if self.local_micro_steps else "; gradients reduced on every micro-step")
-                + ("" if self.compile == "model" else "; torch.compile per unit, by the backend"))
+                + ("" if self.compile == "model" else "; torch.compile per unit, by the backend")
+                + (f"; drives mesh dims {', '.join(self.mesh_dims)}" if self.mesh_dims else ""))
 
 
-__all__ = ["COMPILE_MODELS", "Capabilities", "STATE_MODELS", "SYNC_MODELS"]
+__all__ = ["COMPILE_MODELS", "Capabilities", "MESH_DIMS", "STATE_MODELS", "SYNC_MODELS"]

@@ -22,6 +22,7 @@ class Arguments:
     backend_plugins: list
     gradient_accumulation_plugin: GradientAccumulationPlugin
     dataloader_config: DataLoaderConfiguration
+    parallelism_config: Any = None
 
 
 def read_arguments(*, mixed_precision: str | None, gradient_accumulation_steps: int | None, cpu: bool | None,
@@ -32,8 +33,7 @@ def read_arguments(*, mixed_precision: str | None, gradient_accumulation_steps: 
                    dynamo_plugin: Any, deepspeed_plugins: Any, parallelism_config: Any,
                    semantics: str | None) -> Arguments:
     """Check the Accelerator's arguments and read them (see the module docstring)."""
-    _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
-                        parallelism_config=parallelism_config)
+    _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin)
     if deepspeed_plugin is not None and deepspeed_plugins is not None:
         raise ValueError("give either deepspeed_plugin or deepspeed_plugins, not both")
     if dynamo_plugin is not None and dynamo_backend is not None:
@@ -64,7 +64,7 @@ def read_arguments(*, mixed_precision: str | None, gradient_accumulation_steps: 
         handlers.append(dynamo_plugin)
     backend_plugins = [p for p in (deepspeed_plugin or deepspeed_plugins, fsdp_plugin) if p is not None]
     return Arguments(code, handlers, backend_plugins, gradient_accumulation_plugin or GradientAccumulationPlugin(),
-                     dataloader_config)
+                     dataloader_config, parallelism_config)
 
 
 def _dynamo_backend(backend: Any, plugin: Any) -> str | None:

@@ -63,6 +63,17 @@ class RunViews:
     has_fp8_handler = fp8_enabled = has_lomo_optimizer = False
 
     @property
+    def parallelism_config(self) -> Any:
+        """The ParallelismConfig given to the Accelerator (checked against the run), or None."""
+        return self._runtime.parallelism_config
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        """Its torch DeviceMesh (named dims with sizes above 1, plus the flattened `dp`, `dp_shard_cp`, `dp_cp`),
+        built on the run's process group when first asked; None without a ParallelismConfig or on one process."""
+        return self._runtime.device_mesh
+
+    @property
     def fp8_backend(self) -> Any:
         """Accelerate's FP8BackendType of the run: NO (acc has no fp8 training)."""
         return FP8BackendType.NO

@@ -175,6 +175,16 @@ class AcceleratorState(PartialState):
         return None
 
     @property
+    def parallelism_config(self) -> Any:
+        """The run's ParallelismConfig (given to the Accelerator), or None."""
+        return getattr(self._run, "parallelism_config", None)
+
+    @property
+    def device_mesh(self) -> Any:
+        """The ParallelismConfig's DeviceMesh (what `accelerator.torch_device_mesh` returns), or None."""
+        return self._run.device_mesh if getattr(self._run, "parallelism_config", None) is not None else None
+
+    @property
     def use_ipex(self) -> bool:
         return False
 

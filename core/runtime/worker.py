@@ -24,6 +24,7 @@ from acc.errors import AccError
 from acc.runtime import lifecycle
 from acc.runtime.collectives import CollectivesMixin
 from acc.runtime.communicators import HookCommunicator
+from acc.runtime.parallelism import check_parallelism, device_mesh
 
 _CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
 
@@ -34,7 +35,7 @@ class Runtime(CollectivesMixin):
 
     def __init__(self, code: Mapping[str, Any] | None = None, kwargs_handlers: list | None = None,
                  plugin_manager: pluggy.PluginManager | None = None, where: str = "Accelerator",
-                 backend_plugins: list | None = None):
+                 backend_plugins: list | None = None, parallelism_config: Any = None):
         assembly = assemble_worker(pm=plugin_manager)
         settings = assembly.settings
         code = dict(code or {})
@@ -74,6 +75,8 @@ class Runtime(CollectivesMixin):
             raise AccError(f"no plugin answered acc_setup for backend '{self.ctx.backend}'")
         self.ctx.process = info
         self.ctx.communicator = self._communicator()
+        self.parallelism_config = check_parallelism(parallelism_config, self.ctx.num_processes, self.ctx.backend,
+                                                    self.capabilities, self.ctx.settings)
         self.accelerator: Any = None  # the Accelerator built on this runtime, if any (for GradientState)
         self.builds: list[Any] = []  # the ShardedBuilds of init_module() contexts (acc.load_checkpoint_in_model)
         self._ended = False
@@ -122,6 +125,11 @@ class Runtime(CollectivesMixin):
     @property
     def distributed_type(self) -> DistributedType | str:
         return as_distributed_type(self.ctx.process.distributed_type)
+
+    @functools.cached_property
+    def device_mesh(self) -> Any:
+        """The ParallelismConfig's DeviceMesh on this run's process group (None without one, or on one process)."""
+        return device_mesh(self.parallelism_config, self.ctx.device, self.ctx.num_processes)
 
     @functools.cached_property
     def fsdp_plugin(self) -> Any:

@@ -25,11 +25,11 @@ USAGE = ROOT / "tests" / "data" / "accelerate_usage.json"
 CORPORA = ("accelerate", "diffusers", "peft")
 
 # The floor this test holds acc to: per corpus, the percentage of training scripts none of whose Accelerate names
-# is missing in acc: what main achieves now (19/23, 96/96, 13/14; it was 1/23, 2/96, 0/14 at d73a7ba). The 4
-# Accelerate examples left use tensor/context parallelism (parallelism_config, torch_device_mesh,
-# maybe_context_parallel), fp8 and Megatron-LM, which acc does not have; the peft one, DistributedType.TPU
+# is missing in acc: what main achieves now (21/23, 96/96, 13/14; it was 1/23, 2/96, 0/14 at d73a7ba). The 2
+# Accelerate examples left use context parallelism (maybe_context_parallel) and Megatron-LM, which acc does not
+# have; the peft one, DistributedType.TPU
 # (Accelerate's deprecated alias of XLA).
-MIN_CLEAN_TRAINING_PERCENT = {"accelerate": 82.6, "diffusers": 100.0, "peft": 92.8}
+MIN_CLEAN_TRAINING_PERCENT = {"accelerate": 91.3, "diffusers": 100.0, "peft": 92.8}
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +94,13 @@ def test_the_counts_add_up(results, usage):
 
 
 def test_the_table_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "acc.compat.migrate", "--coverage", str(USAGE), "--top", "5"],
+    proc = subprocess.run([sys.executable, "-m", "acc.compat.migrate", "--coverage", str(USAGE), "--top", "2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("accelerate  ") for line in lines)
     ranks = [line.split()[0] for line in lines[lines.index(next(row for row in lines if row.startswith("rank"))) + 1:]]
-    assert ranks == ["1", "2", "3", "4", "5"]
+    assert ranks == ["1", "2"]
 
 
 def test_the_regeneration_tool_on_a_tiny_repository(tmp_path):

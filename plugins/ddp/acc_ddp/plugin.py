@@ -31,7 +31,7 @@ def acc_validate(settings: Any) -> list[str]:
 @sdk.hookimpl
 def acc_capabilities(settings: Any) -> sdk.Capabilities:
     cuda = sdk.visible_cuda_devices() and not settings["cpu"]
-    return sdk.Capabilities(sync="every_step", state="replicated", reshard=True,
+    return sdk.Capabilities(sync="every_step", state="replicated", reshard=True, mesh_dims=("dp_replicate",),
                             distributed_type=sdk.DistributedType.MULTI_GPU if cuda else sdk.DistributedType.MULTI_CPU)
 
 

@@ -78,7 +78,8 @@ def acc_capabilities(settings: Any) -> sdk.Capabilities:
         distributed_type=sdk.DistributedType.DEEPSPEED,
         # DeepSpeed's CPU accelerator has no fp16; ZeRO-2/3 reduce-scatter partitioned gradients on every micro-step
         mixed_precision=("no", "bf16") if on_cpu else ("no", "fp16", "bf16"), local_micro_steps=stage < 2,
-        notes=("DeepSpeed's CPU accelerator runs no fp16",) if on_cpu else ())
+        notes=("DeepSpeed's CPU accelerator runs no fp16",) if on_cpu else (),
+        mesh_dims=("dp_shard",) if stage > 0 else ("dp_replicate",))
 
 
 @sdk.hookimpl

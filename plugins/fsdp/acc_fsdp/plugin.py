@@ -106,7 +106,8 @@ def acc_capabilities(settings: Any) -> sdk.Capabilities:
     # no fp16: it would need a sharded gradient scaler; bf16 needs no scaling
     return sdk.Capabilities(sync="every_step", state="sharded", reshard=True,
                             distributed_type=sdk.DistributedType.FSDP, mixed_precision=("no", "bf16"),
-                            compile="backend", notes=("fp16 would need a sharded gradient scaler: use bf16",))
+                            compile="backend", notes=("fp16 would need a sharded gradient scaler: use bf16",),
+                            mesh_dims=("dp_shard",))
 
 
 @sdk.hookimpl
