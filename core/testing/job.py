@@ -156,8 +156,31 @@ def run_contract(out: Path) -> None:
         types["acc_model_state_dict"]["ok"] = bool(state) and all(isinstance(v, torch.Tensor) for v in state.values())
     acc.wait_for_everyone()
     _dump(out, rank, {"types": types, "world": world, "losses": losses, "seen": seen, "collectives": collectives,
-                      "round_trip": {"before": before, "after": after}})
+                      "round_trip": {"before": before, "after": after}, "mesh": _mesh_checks(acc)})
     acc.end_training()
+
+
+def _mesh_checks(acc: Accelerator) -> dict[str, Any]:
+    """For each data-parallel mesh dim the backend declares it drives: the mesh a ParallelismConfig of that dim
+    over every process builds on this run (what Accelerator(parallelism_config=...) checks and builds), its names
+    and the sum of rank + 1 over its `dp` group."""
+    from acc.compat.parallelism_objects import ParallelismConfig
+    from acc.runtime.parallelism import check_parallelism
+
+    caps, world, found = _capabilities(acc), acc.num_processes, {}
+    for dim in caps.mesh_dims:
+        if dim not in ("dp_replicate", "dp_shard") or world < 2:
+            continue
+        try:
+            config = check_parallelism(ParallelismConfig(**{f"{dim}_size": world}), world, acc.backend, caps,
+                                       acc.settings)
+            mesh = config.build_device_mesh(acc.device.type)
+            total = torch.tensor([acc.process_index + 1.0], device=acc.device)
+            torch.distributed.all_reduce(total, group=mesh["dp"].get_group())
+            found[dim] = {"names": list(mesh.mesh_dim_names), "dp_sum": float(total.item())}
+        except Exception as exc:  # noqa: BLE001 - recorded: the suite says what failed
+            found[dim] = {"error": f"{type(exc).__name__}: {exc}"}
+    return found
 
 
 def _capabilities(acc: Accelerator) -> Any:

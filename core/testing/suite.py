@@ -186,6 +186,18 @@ def test_hooks_answer_with_the_right_types(job: Any, nproc: int) -> None:
         expect(not bad, f"rank {rank}: " + "; ".join(f"{k}: {v.get('error', 'wrong type')}" for k, v in bad.items()))
 
 
+def test_drives_the_mesh_dims_it_declares(job: Any, capabilities: Any) -> None:
+    dims = [d for d in capabilities.mesh_dims if d in ("dp_replicate", "dp_shard")]
+    if not dims:
+        pytest.skip("the backend declares no data-parallel mesh dimension (Capabilities.mesh_dims)")
+    for rank, r in job(2).items():
+        for dim in dims:
+            got = r.get("mesh", {}).get(dim, {"error": "not reached"})
+            expect(got == {"names": [dim], "dp_sum": 3.0},
+                   f"rank {rank}: ParallelismConfig({dim}_size=2) on 2 processes gave {got} (expected a mesh with "
+                   f"the one dim {dim!r} whose dp group all-reduces 1 + 2 = 3)")
+
+
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_collectives_agree_with_the_reference(job: Any, nproc: int) -> None:
     want = {"gather": [float(i) for i in range(nproc) for _ in range(2)],
