@@ -55,8 +55,8 @@ MULTI_MACHINE = ("acc starts every machine's workers with torch's elastic agent:
 DYNAMO = ("acc compiles prepared models with --dynamo_backend BACKEND and torch.compile's defaults; for its other "
            "options pass Accelerator(dynamo_plugin=TorchDynamoPlugin(...)) in the script")
 MEGATRON = "acc has no Megatron-LM backend; its sharding backends are fsdp (--use_fsdp) and deepspeed (--use_deepspeed)"
-PARALLELISM = ("acc has no N-d parallelism config (tensor/context/sequence parallel) yet; it shards data-parallel "
-                "with fsdp (--use_fsdp) or deepspeed (--use_deepspeed)")
+PARALLELISM = ("acc has no context or sequence parallelism yet (their options have nothing to configure); the "
+               "--parallelism_config_*_size flags are taken")
 FP8 = "acc's mixed precision is no, fp16 or bf16 (--mixed_precision); there is no fp8 yet"
 SAGEMAKER = "acc has no SageMaker launcher: run `acc launch` on the instances"
 TPU_POD = "acc has no TPU-pod launcher: run `acc launch --tpu` on each TPU host"
@@ -82,7 +82,8 @@ FLAGS: dict[str, Flag] = {
     "dynamo_use_regional_compilation": _no(DYNAMO, False),
     "use_deepspeed": Flag("backend", False, "deepspeed"),
     "use_fsdp": Flag("backend", False, "fsdp"),
-    "use_parallelism_config": _no(PARALLELISM, False),
+    "use_parallelism_config": Flag("noop", False, why="acc builds the ParallelismConfig from the "
+                                   "--parallelism_config_*_size flags given"),
     "use_megatron_lm": _no(MEGATRON, False),
     "gpu_ids": _only(("all",), "set CUDA_VISIBLE_DEVICES=0,1 in the environment; acc runs on the visible devices"),
     "same_network": Flag("noop", False, why="acc's machines always meet at --main_process_ip:--main_process_port"),
@@ -148,9 +149,11 @@ FLAGS: dict[str, Flag] = {
     "debug": _no("acc's failure report names the failing rank with its traceback, and its gather checks shapes "
                  "across processes; ACC_DEBUG=1 adds the launcher's own details", False),
     "mpirun_hostfile": _no(MULTI_MACHINE + " (acc does not start workers with mpirun)"),
+    **{f"parallelism_config_{name}": _alias(f"--parallelism-config-{name.replace('_', '-')}") for name in (
+        "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")},
     **{f"parallelism_config_{name}": _no(PARALLELISM) for name in (
-        "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "cp_comm_strategy", "sp_size",
-        "sp_backend", "sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")},
+        "cp_backend", "cp_comm_strategy", "sp_backend", "sp_seq_length", "sp_seq_length_is_variable",
+        "sp_attn_implementation")},
 }
 SHORT: dict[str, str] = {"-t": "tee", "-q": "quiet"}  # Accelerate's short options that acc does not have itself
 
@@ -219,8 +222,10 @@ def translate_launch_args(args: list[str], value_flags: set[str] | frozenset[str
         key = canonical(name) if name.startswith("--") else SHORT.get(name)
         spec = FLAGS.get(key) if key else None
         dashed = "--" + key.replace("_", "-") if key and name.startswith("--") else name
-        if key == "main_process_port" and (inline if eq else (args[i + 1] if i + 1 < len(args) else "")) == "0":
-            take()  # Accelerate's 0: a free port on one machine, which is what acc picks without the flag
+        if key == "main_process_port" and "_" in name and \
+                (inline if eq else (args[i + 1] if i + 1 < len(args) else "")) == "0":
+            take()  # Accelerate's --main_process_port 0: a free port on one machine, what acc picks without the flag
+            # (acc's own --main-process-port takes 1..65535)
             tr.notes.append(f"{name} 0: acc picks a free port (its default on one machine)")
             i += 1
             continue
