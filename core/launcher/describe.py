@@ -25,6 +25,17 @@ def settings_lines(assembly: Assembly) -> list[str]:
     return lines
 
 
+def _mesh_rows(settings: object) -> list[tuple[str, str]]:
+    """The ParallelismConfig the --parallelism-config-*-size flags give, drawn (none given: no rows)."""
+    from acc.runtime.parallelism import mesh_lines, sizes_from_settings
+
+    sizes = sizes_from_settings(settings)
+    if sizes is None:
+        return []
+    lines = mesh_lines(sizes)
+    return [("mesh", lines[0]), *(("", line) for line in lines[1:])]
+
+
 def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
     """The dry-run report: plan, plugins with versions, the backend's promises, every setting with its source."""
     from acc.assembly.redact import redact_shell
@@ -51,6 +62,7 @@ def describe(assembly: Assembly, plan: LaunchPlan, target: Target) -> str:
         ("device", plan.device),
         ("precision", s["mixed_precision"]),
         ("promises", orchestrate_capabilities(assembly).describe()),
+        *_mesh_rows(s),
         ("semantics", f"{s['semantics']} ({s.source('semantics')}): scheduler_stepping {s['scheduler_stepping']}, "
                       f"resume_data_position {str(s['resume_data_position']).lower()}, seedable sampler "
                       f"{str(s['use_seedable_sampler']).lower()}, last_batch {s['last_batch']}"),

@@ -55,14 +55,23 @@ def capabilities(assembly: Assembly) -> Capabilities:
 
 def _capability_problems(assembly: Assembly) -> list[str]:
     """Settings the backend's promises rule out (one place for every backend)."""
+    from acc.runtime.parallelism import DIMS, setting_name, size_problems, sizes_from_settings
+
     s, caps = assembly.settings, capabilities(assembly)
+    problems = []
+    sizes = sizes_from_settings(s)
+    if sizes is not None:  # before any process starts: the product against the world, the dims against the backend
+        given = ", ".join(f"{setting_name(d)} {s[setting_name(d)]} (from {s.source(setting_name(d))})" for d in DIMS
+                          if s[setting_name(d)] is not None)
+        problems += [f"{given}: {problem}" for problem in
+                     size_problems(sizes, s["nproc"] * s["num_machines"], s["backend"], tuple(caps.mesh_dims), s)]
     mode = s["mixed_precision"]
     if mode in caps.mixed_precision:
-        return []
+        return problems
     note = "; ".join(caps.notes)
-    return [f"mixed_precision '{mode}' is not supported by the {s['backend']} backend (it runs "
-            f"{', '.join(caps.mixed_precision)}; {mode} came from {s.source('mixed_precision')})"
-            + (f": {note}" if note else "")]
+    return problems + [f"mixed_precision '{mode}' is not supported by the {s['backend']} backend (it runs "
+                       f"{', '.join(caps.mixed_precision)}; {mode} came from {s.source('mixed_precision')})"
+                       + (f": {note}" if note else "")]
 
 
 MAX_NPROC_FLOOR = 256  # processes per machine that are never refused

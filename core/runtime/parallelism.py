@@ -12,31 +12,96 @@ from acc.errors import AccError
 DIMS = ("dp_replicate", "dp_shard", "tp", "cp", "sp")
 
 
-def check_parallelism(config: Any, num_processes: int, backend: str, capabilities: Any, settings: Any) -> Any:
-    """`config` when the run can drive it (None stays None); else an AccError saying what was given, what this run
-    has and how to fix it."""
-    if config is None:
-        return None
-    from acc.compat.parallelism_objects import ParallelismConfig
+def setting_name(dim: str) -> str:
+    """The launch setting of a dimension's size (`--parallelism-config-tp-size`, Accelerate's spelling too)."""
+    return f"parallelism_config_{dim}_size"
 
-    if not isinstance(config, ParallelismConfig):
-        raise TypeError(f"Accelerator(parallelism_config=...): expected an acc.ParallelismConfig (Accelerate's), got "
-                        f"{type(config).__name__}")
-    sizes = {dim: int(getattr(config, f"{dim}_size")) for dim in DIMS}
+
+def sizes_from_settings(settings: Any) -> dict[str, int] | None:
+    """The sizes the launch settings give (a size left out is 1), or None when none is given."""
+    given = {dim: settings.get(setting_name(dim)) for dim in DIMS}
+    if all(v is None for v in given.values()):
+        return None
+    return {dim: int(v) if v is not None else 1 for dim, v in given.items()}
+
+
+def size_problems(sizes: dict[str, int], num_processes: int, backend: str, drives: tuple[str, ...],
+                  settings: Any) -> list[str]:
+    """What is wrong with these sizes for this run: their product against the processes, a dimension above 1 the
+    backend does not drive (naming the installed backends that do)."""
+    total = 1
+    for size in sizes.values():
+        total *= size
     product = " x ".join(f"{dim}_size {size}" for dim, size in sizes.items())
-    if config.total_size != num_processes:
-        raise AccError(f"ParallelismConfig: {product} = {config.total_size} processes, but this run has "
-                       f"{num_processes}: launch {config.total_size} processes (acc launch --nproc "
-                       f"{config.total_size}), or give sizes whose product is {num_processes}")
-    drives = tuple(capabilities.mesh_dims)
+    if total != num_processes:
+        return [f"ParallelismConfig: {product} = {total} processes, but this run has {num_processes}: launch "
+                f"{total} processes (acc launch --nproc {total}), or give sizes whose product is {num_processes}"]
+    problems = []
     for dim, size in sizes.items():
         if size > 1 and dim not in drives:
             others = [name for name in backends_driving(dim, settings) if name != backend]
             where = (f"backends that drive {dim}: {', '.join(others)} (acc launch --backend {others[0]})" if others
                      else f"no installed backend drives {dim} yet")
-            raise AccError(f"ParallelismConfig({dim}_size={size}): the {backend} backend drives "
-                           f"{', '.join(drives) or 'no parallel dimension'}; {where}")
+            problems.append(f"ParallelismConfig({dim}_size={size}): the {backend} backend drives "
+                            f"{', '.join(drives) or 'no parallel dimension'}; {where}")
+    return problems
+
+
+def check_parallelism(config: Any, num_processes: int, backend: str, capabilities: Any, settings: Any) -> Any:
+    """`config` when the run can drive it; without one, the one the launch settings give (--parallelism-config-*-size),
+    else None. An AccError says what was given, what this run has and how to fix it."""
+    from acc.compat.parallelism_objects import ParallelismConfig
+
+    if config is None:
+        sizes = sizes_from_settings(settings)
+        if sizes is None:
+            return None
+        config = ParallelismConfig(**{f"{dim}_size": size for dim, size in sizes.items()})
+    if not isinstance(config, ParallelismConfig):
+        raise TypeError(f"Accelerator(parallelism_config=...): expected an acc.ParallelismConfig (Accelerate's), got "
+                        f"{type(config).__name__}")
+    sizes = {dim: int(getattr(config, f"{dim}_size")) for dim in DIMS}
+    problems = size_problems(sizes, num_processes, backend, tuple(capabilities.mesh_dims), settings)
+    if problems:
+        raise AccError("; ".join(problems))
     return config
+
+
+def mesh_lines(sizes: dict[str, int]) -> list[str]:
+    """The mesh as `acc launch --dry-run` draws it: its dims outermost first, each global rank's coordinate, and the
+    process groups of each dim (the ranks a collective over that dim joins)."""
+    from acc.compat.parallelism_objects import MESH_ORDER
+
+    dims = [d for d in MESH_ORDER if sizes.get(d, 1) > 1]
+    if not dims:
+        return ["no dimension above 1: one data-parallel group of every process"]
+    shape = [sizes[d] for d in dims]
+    world = 1
+    for n in shape:
+        world *= n
+
+    def coordinate(rank: int) -> tuple[int, ...]:
+        out = []
+        for n in reversed(shape):
+            out.append(rank % n)
+            rank //= n
+        return tuple(reversed(out))
+
+    coords = {rank: coordinate(rank) for rank in range(world)}
+    lines = [" x ".join(f"{d} {n}" for d, n in zip(dims, shape)) + " (outermost first)",
+             "rank (" + ", ".join(dims) + "): " + "; ".join(f"{r} ({', '.join(map(str, c))})" for r, c in coords.items())]
+    for i, dim in enumerate(dims):
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for rank, c in coords.items():
+            groups.setdefault(c[:i] + c[i + 1:], []).append(rank)
+        lines.append(f"{dim} groups: " + " ".join(str(g) for g in groups.values()))
+    dp = [d for d in dims if d.startswith("dp_")]
+    dp_size = 1
+    for d in dp:
+        dp_size *= sizes[d]
+    if dp and dp_size == world:
+        lines.append(f"dp ({' x '.join(dp)}) spans every process: gradients are averaged and data is sharded over it")
+    return lines
 
 
 def backends_driving(dim: str, settings: Any) -> list[str]:
@@ -65,4 +130,5 @@ def device_mesh(config: Any, device: Any, num_processes: int) -> Any:
     return config.get_device_mesh(getattr(device, "type", str(device)))
 
 
-__all__ = ["backends_driving", "check_parallelism", "device_mesh"]
+__all__ = ["backends_driving", "check_parallelism", "device_mesh", "mesh_lines", "setting_name", "size_problems",
+           "sizes_from_settings"]

@@ -15,9 +15,9 @@ from tests.plugins.ddp.test_ddp import acc_launch
 WORKER = "parallelism_config.py"
 
 
-def launch(tmp_path, backend: str, name: str, *sizes: str) -> dict[int, dict]:
+def launch(tmp_path, backend: str, name: str, *sizes: str, flags: tuple[str, ...] = ()) -> dict[int, dict]:
     out = tmp_path / name
-    acc_launch(tmp_path, ["--backend", backend, "--nproc", "2"], WORKER, ["--out", str(out), "--sizes", *sizes])
+    acc_launch(tmp_path, ["--backend", backend, "--nproc", "2", *flags], WORKER, ["--out", str(out), "--sizes", *sizes])
     results = read_rank_results(out)
     assert sorted(results) == [0, 1], results
     return results
@@ -33,6 +33,26 @@ def test_the_device_mesh_is_built_on_the_runs_process_group(tmp_path, backend, d
         assert seen["device_type"] == "cpu" and seen["flattened"] == flattened
         assert seen["dp_sum"] == 3.0  # an all_reduce over the dp submesh's group reached both ranks
         assert seen["same_mesh"] and seen["same_config"]  # AcceleratorState shows the same objects
+
+
+@pytest.mark.slow
+def test_the_launch_flags_give_the_workers_accelerator_its_parallelism_config(tmp_path):
+    ranks = launch(tmp_path, "ddp", "flags", flags=("--parallelism_config_dp_replicate_size", "2"))  # Accelerate's
+    assert [ranks[r]["names"] for r in (0, 1)] == [["dp_replicate"]] * 2 and ranks[1]["dp_sum"] == 3.0
+
+
+def test_the_launch_refuses_sizes_before_any_process_starts(tmp_path):
+    from tests.conftest import ACC, WORKERS, run
+
+    proc = run([ACC, "launch", "--backend", "fsdp", "--nproc", "2", "--parallelism-config-dp-shard-size", "4",
+                str(WORKERS / WORKER), "--out", str(tmp_path / "never")], tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "never").exists()
+    assert ("dp_shard_size 4 x tp_size 1 x cp_size 1 x sp_size 1 = 4 processes, but this run has 2: launch 4 "
+            "processes") in proc.stderr
+    drawn = run([ACC, "launch", "--dry-run", "--backend", "fsdp", "--nproc", "2",
+                 "--parallelism-config-dp-shard-size", "2", str(WORKERS / WORKER)], tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert "mesh        dp_shard 2 (outermost first)" in drawn.stdout and "dp_shard groups: [0, 1]" in drawn.stdout
 
 
 @pytest.mark.slow
@@ -60,3 +80,16 @@ def test_capabilities_name_only_known_mesh_dimensions():
     assert Capabilities(mesh_dims=("dp_shard",)).mesh_dims == ("dp_shard",)
     with pytest.raises(ValueError, match=r"\['pp'\] not among dp_replicate, dp_shard, tp, cp, sp"):
         Capabilities(mesh_dims=("pp",))
+
+
+def test_the_mesh_is_drawn_rank_by_coordinate_with_the_groups_of_each_dim():
+    from acc.runtime.parallelism import mesh_lines
+
+    lines = mesh_lines({"dp_replicate": 1, "dp_shard": 2, "tp": 2, "cp": 1, "sp": 1})
+    assert lines[:4] == ["dp_shard 2 x tp 2 (outermost first)",
+                         "rank (dp_shard, tp): 0 (0, 0); 1 (0, 1); 2 (1, 0); 3 (1, 1)",
+                         "dp_shard groups: [0, 2] [1, 3]", "tp groups: [0, 1] [2, 3]"]
+    import torch
+
+    mesh = torch.arange(4).reshape(2, 2)  # torch's layout of init_device_mesh((2, 2)): the same coordinates
+    assert mesh[1, 0].item() == 2 and mesh[:, 1].tolist() == [1, 3]

@@ -35,8 +35,8 @@ def main() -> None:
     sizes = {f"{k}_size": int(v) for k, v in (item.split("=") for item in args.sizes)}
     rank = int(__import__("os").environ.get("RANK", "0"))
     warnings.filterwarnings("ignore", message="Slicing a flattened dim")  # torch's note on mesh["dp"], Accelerate's API
-    try:
-        accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes))
+    try:  # without --sizes the launch flags give the sizes (--parallelism-config-*-size)
+        accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes) if sizes else None)
     except AccError as exc:
         dump(args.out, rank, {"error": str(exc)})
         return
