@@ -5,6 +5,10 @@ is one line; each failure one LaunchError line saying what was given, what faile
 Name resolution and the connection are retried until `rdzv_timeout` (a Kubernetes pod's name resolves only once the
 pod is up; machine 0 may boot later than the others), with one line saying so at the first failure. A refused
 connection proves the address reachable: machine 0 answered, it only does not listen yet. Torch-free.
+
+The waiting takes its clock, its pause and its connection attempt as keyword arguments (`clock`, `sleep`,
+`connect`; by default `time.monotonic`, `time.sleep` and `socket.create_connection`), so that a test drives the
+retries and the timeouts with a fake clock instead of real time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from acc.errors import LaunchError
 
 ATTEMPT = 3.0  # seconds one connection attempt may take
 PAUSE = 0.5  # seconds between two attempts
+
+Clock = Callable[[], float]  # seconds, monotonic
+Sleep = Callable[[float], None]
+Connect = Callable[..., socket.socket]  # as socket.create_connection(address, timeout=...)
 
 
 def needed(plan: LaunchPlan) -> bool:
@@ -61,16 +69,18 @@ def planned(plan: LaunchPlan, settings: Mapping[str, Any], cluster: Any = None) 
 
 
 def run(plan: LaunchPlan, settings: Mapping[str, Any], cluster: Any = None,
-        say: Callable[[str], None] | None = None) -> str:
-    """Run the checks; return the one line that reports them, or raise LaunchError (one line)."""
+        say: Callable[[str], None] | None = None, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep,
+        connect: Connect = socket.create_connection) -> str:
+    """Run the checks; return the one line that reports them, or raise LaunchError (one line). `clock`, `sleep` and
+    `connect` are the time and the connection attempt the retries use (a test passes fakes)."""
     say = say or (lambda line: print(f"acc launch: {line}", file=sys.stderr, flush=True))
     host, port = _endpoint(plan)
     timeout = float(settings["rdzv_timeout"])
-    deadline = time.monotonic() + timeout
+    deadline = clock() + timeout
     source = _address_source(settings)
     whose = _whose(plan)
     address, took, waited = resolve(host, port, deadline, timeout, say, f"main address {host} (from {source})",
-                                    whose)
+                                    whose, clock=clock, sleep=sleep)
     parts = [f"before the rendezvous ({whose}): main address {host} (from {source}) resolved to {address} in "
              f"{_ms(took)}" + (f", after {waited:.1f} s of retrying" if waited >= PAUSE else "")]
     if hosts_store(plan):
@@ -78,7 +88,7 @@ def run(plan: LaunchPlan, settings: Mapping[str, Any], cluster: Any = None,
                      else f"port {port} is served by the launcher that started this process")
     else:
         took, answer, waited = reach(address, port, deadline, timeout, say, f"main address {host} (from {source}, "
-                                     f"resolved to {address})", whose)
+                                     f"resolved to {address})", whose, clock=clock, sleep=sleep, connect=connect)
         parts.append(f"{address}:{port} {answer} in {_ms(took)}"
                      + (f", after {waited:.1f} s of retrying" if waited >= PAUSE else ""))
     if cluster is not None:
@@ -92,55 +102,56 @@ def _ms(seconds: float) -> str:
 
 
 def resolve(host: str, port: int, deadline: float, timeout: float, say: Callable[[str], None], what: str,
-            whose: str) -> tuple[str, float, float]:
+            whose: str, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> tuple[str, float, float]:
     """(the address `host` resolves to, seconds the successful look-up took, seconds spent retrying)."""
-    start = time.monotonic()
+    start = clock()
     told = False
     while True:
-        began = time.monotonic()
+        began = clock()
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            took = time.monotonic() - began
+            took = clock() - began
             infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first, as torch's store tries
             return infos[0][4][0], took, began - start
         except (socket.gaierror, UnicodeError) as exc:
             error = exc
-        if time.monotonic() >= deadline:
+        if clock() >= deadline:
             raise LaunchError(f"{what} does not resolve on this machine ({whose}): {_reason(error)}; tried for "
-                              f"{time.monotonic() - start:.1f} s (--rdzv-timeout {timeout:g}). Check the name, or give "
+                              f"{clock() - start:.1f} s (--rdzv-timeout {timeout:g}). Check the name, or give "
                               "machine 0's address with --main-process-ip")
         if not told:
             say(f"{what} does not resolve yet ({_reason(error)}); retrying for up to {timeout:g} s (--rdzv-timeout)")
             told = True
-        time.sleep(max(0.0, min(PAUSE, deadline - time.monotonic())))
+        sleep(max(0.0, min(PAUSE, deadline - clock())))
 
 
 def reach(address: str, port: int, deadline: float, timeout: float, say: Callable[[str], None], what: str,
-          whose: str) -> tuple[float, str, float]:
+          whose: str, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep,
+          connect: Connect = socket.create_connection) -> tuple[float, str, float]:
     """(seconds the answering attempt took, what answered, seconds spent retrying). A refused connection counts:
     the machine answered, nothing listens on the port yet."""
-    start = time.monotonic()
+    start = clock()
     told = False
     while True:
-        began = time.monotonic()
+        began = clock()
         try:
-            with socket.create_connection((address, port), timeout=max(0.1, min(ATTEMPT, deadline - began))):
-                return time.monotonic() - began, "answered (the store is up)", began - start
+            with connect((address, port), timeout=max(0.1, min(ATTEMPT, deadline - began))):
+                return clock() - began, "answered (the store is up)", began - start
         except ConnectionRefusedError:
-            return time.monotonic() - began, "answered (refused: nothing listens there yet)", began - start
+            return clock() - began, "answered (refused: nothing listens there yet)", began - start
         except OSError as exc:  # timed out, no route, network unreachable, ...
-            error, attempt = exc, time.monotonic() - began
-        if time.monotonic() >= deadline:
+            error, attempt = exc, clock() - began
+        if clock() >= deadline:
             raise LaunchError(f"{what} is not reachable from this machine ({whose}): port {port}: "
                               f"{_reason(error, attempt)}; "
-                              f"tried for {time.monotonic() - start:.1f} s (--rdzv-timeout {timeout:g}). Check that "
+                              f"tried for {clock() - start:.1f} s (--rdzv-timeout {timeout:g}). Check that "
                               f"machine 0 is up at that address and that no firewall blocks port {port} between the "
                               "machines")
         if not told:
             say(f"{what} does not answer yet on port {port} ({_reason(error, attempt)}); retrying for up to {timeout:g} s "
                 "(--rdzv-timeout)")
             told = True
-        time.sleep(max(0.0, min(PAUSE, deadline - time.monotonic())))
+        sleep(max(0.0, min(PAUSE, deadline - clock())))
 
 
 def _reason(exc: BaseException, attempt: float = 0.0) -> str:

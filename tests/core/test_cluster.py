@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -211,19 +210,54 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_a_main_address_that_does_not_resolve_is_one_line_after_the_rdzv_timeout():
-    said = []
-    started = time.monotonic()
+class FakeClock:
+    """The preflight's time: it passes only when the code under test sleeps (or a fake connection attempt waits out
+    its timeout), so the retries and the timeouts are asserted exactly, without waiting for them."""
+
+    def __init__(self, now=100.0):
+        self.now = now
+        self.slept = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        assert seconds >= 0, seconds
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def timing_out(clock, attempts, after=None):
+    """A connection attempt that waits out its whole timeout on `clock` and times out, as towards an address that
+    drops the packets; the attempt number `after` (0 the first) is refused instead (machine 0 answered)."""
+
+    def connect(address, timeout):
+        attempts.append((address, timeout))
+        if len(attempts) - 1 == after:
+            raise ConnectionRefusedError(111, "Connection refused")
+        clock.now += timeout
+        raise socket.timeout("timed out")
+
+    return connect
+
+
+@pytest.mark.parametrize("rdzv_timeout, pauses", [(1.5, [0.5, 0.5, 0.5]), (1.2, [0.5, 0.5, 0.2])])
+def test_a_main_address_that_does_not_resolve_is_one_line_after_the_rdzv_timeout(rdzv_timeout, pauses):
+    said, clock = [], FakeClock()
+    started = clock()
     with pytest.raises(LaunchError) as info:
-        preflight.run(plan_at("acc-no-such-host.invalid", 1234), Settings(main_process_ip="x", rdzv_timeout=1.5),
-                      say=said.append)
-    took = time.monotonic() - started
+        preflight.run(plan_at("acc-no-such-host.invalid", 1234), Settings(main_process_ip="x",
+                                                                            rdzv_timeout=rdzv_timeout),
+                      say=said.append, clock=clock, sleep=clock.sleep)
     message = str(info.value)
-    assert 1.0 < took < 5 and "\n" not in message, (took, message)
+    # retried every PAUSE, the last pause cut to the deadline, and gave up at the rdzv timeout: no sooner, no later
+    assert clock.slept == pytest.approx(pauses) and clock() - started == pytest.approx(rdzv_timeout)
+    assert "\n" not in message, message
     assert message.startswith("main address acc-no-such-host.invalid (from test main_process_ip) does not resolve on "
                               "this machine (machine 1 of 2): ")
-    assert "(--rdzv-timeout 1.5). Check the name, or give machine 0's address with --main-process-ip" in message
-    assert len(said) == 1 and "does not resolve yet" in said[0] and "retrying for up to 1.5 s" in said[0]
+    assert (f"; tried for {rdzv_timeout:.1f} s (--rdzv-timeout {rdzv_timeout:g}). Check the name, or give machine 0's "
+            "address with --main-process-ip") in message
+    assert len(said) == 1 and "does not resolve yet" in said[0] and f"retrying for up to {rdzv_timeout:g} s" in said[0]
 
 
 def test_a_refused_connection_proves_the_main_address_reachable():
@@ -241,25 +275,57 @@ def test_a_refused_connection_proves_the_main_address_reachable():
 
 
 def test_an_address_that_never_answers_is_one_line_naming_it():
-    """A listener whose backlog is full drops new connections (SYN unanswered): they time out, as behind a firewall
-    that drops packets (an address outside the sandbox cannot be used: its proxy accepts every connection)."""
+    """Every connection attempt times out, as behind a firewall that drops the packets: one attempt that may take the
+    whole rdzv timeout (under ATTEMPT), then one line naming the address, the port and the time tried."""
+    clock, attempts, port = FakeClock(), [], 29400
+    started = clock()
+    with pytest.raises(LaunchError) as info:
+        preflight.run(plan_at("127.0.0.1", port), Settings(main_process_ip="127.0.0.1", rdzv_timeout=1.5),
+                      say=pytest.fail, clock=clock, sleep=clock.sleep, connect=timing_out(clock, attempts))
+    assert attempts == [(("127.0.0.1", port), 1.5)] and clock.slept == [] and clock() - started == 1.5
+    assert str(info.value) == (
+        f"main address 127.0.0.1 (from test main_process_ip, resolved to 127.0.0.1) is not reachable from this machine "
+        f"(machine 1 of 2): port {port}: no answer within 1.5 s (timed out); tried for 1.5 s (--rdzv-timeout 1.5). "
+        f"Check that machine 0 is up at that address and that no firewall blocks port {port} between the machines")
+
+
+def test_connection_attempts_are_capped_and_retried_until_the_rdzv_timeout():
+    said, clock, attempts, port = [], FakeClock(), [], 29400
+    started = clock()
+    with pytest.raises(LaunchError) as info:
+        preflight.run(plan_at("127.0.0.1", port), Settings(main_process_ip="127.0.0.1", rdzv_timeout=5),
+                      say=said.append, clock=clock, sleep=clock.sleep, connect=timing_out(clock, attempts))
+    # an attempt takes at most ATTEMPT (3 s), a PAUSE (0.5 s) between two, the last one cut to the deadline
+    assert [timeout for _, timeout in attempts] == [3.0, 1.5] and clock.slept == [0.5]
+    assert clock() - started == 5.0
+    assert said == [f"main address 127.0.0.1 (from test main_process_ip, resolved to 127.0.0.1) does not answer yet "
+                    f"on port {port} (no answer within 3.0 s (timed out)); retrying for up to 5 s (--rdzv-timeout)"]
+    assert f"port {port}: no answer within 1.5 s (timed out); tried for 5.0 s (--rdzv-timeout 5)." in str(info.value)
+    # machine 0 answering at the second attempt ends the retrying, and the line says how long it took
+    said, clock, attempts = [], FakeClock(), []
+    line = preflight.run(plan_at("127.0.0.1", port), Settings(main_process_ip="127.0.0.1", rdzv_timeout=5),
+                         say=said.append, clock=clock, sleep=clock.sleep, connect=timing_out(clock, attempts, after=1))
+    assert len(attempts) == 2 and clock.slept == [0.5] and len(said) == 1
+    assert line.endswith(f"; 127.0.0.1:{port} answered (refused: nothing listens there yet) in 0.0 ms, after 3.5 s of "
+                         "retrying"), line
+
+
+def test_a_connection_that_a_full_backlog_drops_reads_as_no_answer():
+    """Real sockets, so no bound on the time: a listener whose backlog is full drops new connections (SYN
+    unanswered), and the attempt's timeout reads as no answer (an address outside the sandbox cannot be used: its
+    proxy accepts every connection)."""
     with socket.socket() as server, socket.socket() as first:
         server.bind(("127.0.0.1", 0))
         server.listen(0)
         port = server.getsockname()[1]
         first.connect(("127.0.0.1", port))  # fills the backlog
-        started = time.monotonic()
         with pytest.raises(LaunchError) as info:
-            preflight.run(plan_at("127.0.0.1", port), Settings(main_process_ip="127.0.0.1", rdzv_timeout=1.5),
-                          say=pytest.fail)
-        took = time.monotonic() - started
+            preflight.run(plan_at("127.0.0.1", port), Settings(main_process_ip="127.0.0.1", rdzv_timeout=0.3),
+                          say=lambda line: None)
     message = str(info.value)
-    assert 1.2 < took < 5, took
     assert message.startswith("main address 127.0.0.1 (from test main_process_ip, resolved to 127.0.0.1) is not "
                               f"reachable from this machine (machine 1 of 2): port {port}: no answer within "), message
-    assert "s (timed out); tried for " in message
-    assert f" s (--rdzv-timeout 1.5). Check that machine 0 is up at that address and that no firewall blocks port " \
-           f"{port} between the machines" in message and "\n" not in message
+    assert " s (timed out); tried for " in message and "\n" not in message
 
 
 def test_machine_0_and_rank_0_report_the_port_they_will_serve():
