@@ -19,6 +19,7 @@ from acc.checkpointing import files as ckpt
 from acc.checkpointing import hashed_io
 from acc.checkpointing.files import digest
 from acc.errors import CheckpointError
+from tests.waiting import wait_for_exit
 
 
 def _prepared(fresh_pm, width: int = 64):
@@ -270,16 +271,9 @@ def test_a_forked_child_hashes_with_its_own_helper_threads(tmp_path):
             os._exit(0 if entry["blake3"] == blake3.blake3(data).hexdigest() else 3)
         except BaseException:  # noqa: BLE001
             os._exit(4)
-    import time
-
-    deadline = time.monotonic() + 60
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child's write hung (it waited on the parent's helper threads)")
-        time.sleep(0.05)
+    if wait_for_exit([pid], timeout=60):
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's write hung (it waited on the parent's helper threads)")
+    _, status = os.waitpid(pid, 0)  # it has ended: at once
     assert os.waitstatus_to_exitcode(status) == 0
