@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from acc_deepspeed.ops_lock import building, clear_stale_locks
+from tests.waiting import wait_for_paths
 
 
 def lock_for() -> Path:
@@ -68,13 +69,11 @@ def test_a_lock_left_by_an_acc_process_killed_holding_it_is_removed_at_once(tmp_
 
 
 def test_a_live_acc_process_loading_the_op_is_waited_for(tmp_path, monkeypatch):
+    # the child holds the lock 1.5 s on purpose: the time this process must wait for it
     child = _in_child(tmp_path, "with building():\n    lock.touch()\n    (marks / 'in').touch()\n    time.sleep(1.5)\n"
                                 "    lock.unlink()\n    (marks / 'out').touch()\n")
     try:
-        deadline = time.time() + 60
-        while not (tmp_path / "in").exists():
-            assert child.poll() is None and time.time() < deadline
-            time.sleep(0.05)
+        assert wait_for_paths([tmp_path / "in"], timeout=60, ended=[child]), child.poll()
         monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # nothing removed, nothing said
