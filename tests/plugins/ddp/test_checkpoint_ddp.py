@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.plugins.ddp.test_ddp import ACC_SEMANTICS, DDP2, acc_launch
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -35,12 +35,11 @@ def test_resume_in_a_new_launch_is_bitwise_identical(tmp_path):
     assert {p.name for p in files} >= {"rng_state_0.pt", "rng_state_1.pt", "manifest.json", "model_0.safetensors"}
 
 
-def _wait_for(predicate, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        time.sleep(0.01)
+def _wait_for(predicate, proc: subprocess.Popen, *directories: Path, timeout: float = 120) -> None:
+    """Until `predicate` holds, checked again at each change in `directories` (no polling): TimeoutError if the
+    timeout passes or the run ends first."""
+    if not wait_until(predicate, timeout, changes_in=directories, ended=[proc]):
+        raise TimeoutError(f"not within {timeout} s" if proc.poll() is None else f"the run ended ({proc.returncode})")
 
 
 def test_a_worker_killed_during_save_leaves_the_previous_checkpoint(tmp_path):
@@ -51,8 +50,10 @@ def test_a_worker_killed_during_save_leaves_the_previous_checkpoint(tmp_path):
          "--auto", str(project), "--save-every", "1", "--big-mb", "200", "--pid-file", str(tmp_path / "pid")],
         cwd=tmp_path, env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: (checkpoints / "checkpoint_0" / "manifest.json").exists())
-        _wait_for(lambda: any(p.name.startswith(".checkpoint_1.tmp-") for p in checkpoints.iterdir()))
+        _wait_for(lambda: (checkpoints / "checkpoint_0" / "manifest.json").exists(), proc, checkpoints,
+                  checkpoints / "checkpoint_0")
+        _wait_for(lambda: any(p.name.startswith(".checkpoint_1.tmp-") for p in checkpoints.iterdir()), proc,
+                  checkpoints)
         os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)  # the main process, mid-save
         proc.communicate(timeout=60)
     finally:
