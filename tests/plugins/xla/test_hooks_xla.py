@@ -105,15 +105,15 @@ def test_the_loader_bookkeeping_follows_the_batch_the_user_holds(accelerator):
 
 def test_leaving_a_loop_early_records_the_position_and_stops_the_threads(accelerator):
     loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(400)), batch_size=4))
-    before = threading.active_count()
+    before = set(threading.enumerate())
     for i, _ in enumerate(loader):
         if i == 2:
             break
     assert accelerator._dataloaders[0].position() == (0, 3)
     deadline = time.monotonic() + 10
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert threading.active_count() <= before
+    for thread in set(threading.enumerate()) - before:  # the loader's threads: wait for each to end
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert threading.active_count() <= len(before)
 
 
 def test_fp16_is_a_clear_error(monkeypatch):
