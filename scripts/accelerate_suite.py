@@ -114,6 +114,39 @@ def run(python: str, where: Path, label: str, timeout: float) -> dict[str, str]:
     return outcomes
 
 
+def node_id(test_id: str, where: Path) -> str:
+    """pytest's node id of a junit test id ("tests.test_x.Class::name" -> "tests/test_x.py::Class::name")."""
+    classname, _, name = test_id.partition("::")
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = Path(*parts[:cut]).with_suffix(".py")
+        if (where / path).is_file():
+            return "::".join([path.as_posix(), *parts[cut:], name])
+    return test_id
+
+
+def rerun(python: str, where: Path, test_ids: list[str], timeout: float) -> dict[str, str]:
+    """Run only `test_ids` once more (a fresh process): test id -> outcome. For tests of Accelerate's that draw
+    unseeded random numbers (test_save_load_model compares two random initialisations' absolute sums with a
+    1e-3 margin, which chance now and then undercuts)."""
+    report = where / "junit-rerun.xml"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "HF_HOME": str(where / "hf_home"),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("ACC_LAUNCH", None)
+    subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", "300", "-o", "addopts=",
+                    f"--junitxml={report}", *[node_id(t, where) for t in test_ids]], cwd=where, env=env,
+                   capture_output=True, text=True, timeout=timeout)
+    if not report.exists():
+        return {}
+    outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        outcomes[f"{case.get('classname')}::{case.get('name')}"] = (
+            "error" if "error" in kinds else "failed" if "failure" in kinds else
+            "skipped" if "skipped" in kinds else "passed")
+    return outcomes
+
+
 SCRIPTS = ("test_script.py", "test_sync.py", "test_ops.py", "external_deps/test_metrics.py")
 LAUNCHES = {1: ["--cpu"], 2: ["--backend", "ddp", "--nproc", "2"]}
 
@@ -189,6 +222,9 @@ def table(result: dict) -> str:
                      f"**{done} of {len(result['scripts'])}** run to the end.", "",
                  "| script | 1 process | 2 processes (ddp, gloo) |", "|---|---|---|"]
         rows += [f"| {name} | {result['scripts'][f'{name}@1']} | {result['scripts'][f'{name}@2']} |" for name in SCRIPTS]
+    if result.get("flaky"):
+        rows += ["", "Failed on acc and passed on a second try (counted as passing): "
+                 + ", ".join(f"`{t}`" for t in result["flaky"])]
     if result.get("failing"):
         rows += ["", "Passing on Accelerate, failing on acc, by cause:", ""]
         rows += [f"- `{test}`: {cause}" for test, cause in sorted(result["failing"].items())]
@@ -214,7 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work / "acc", ignore_errors=True)
     base = run(args.base_python, unpack_tests(archive, work / "accelerate", transform=False), "accelerate", args.timeout)
     acc = run(args.acc_python, unpack_tests(archive, work / "acc", transform=True), "acc", args.timeout)
+    # a test that passes on Accelerate and failed on acc gets one more try: passing then, it counts, listed as flaky
+    tried = sorted(t for t, o in acc.items() if o in ("failed", "error") and base.get(t) == "passed")
+    again = rerun(args.acc_python, work / "acc", tried, args.timeout) if tried else {}
+    flaky = [t for t in tried if again.get(t) == "passed"]
+    acc.update({t: "passed" for t in flaky})
     result = summary(base, acc)
+    result["flaky"] = flaky
     if args.scripts_python:
         shutil.rmtree(work / "scripts", ignore_errors=True)
         result["scripts"] = run_scripts(args.scripts_python, archive, work / "scripts", timeout=600)
