@@ -58,3 +58,24 @@ def test_the_table_counts_the_scripts_that_ran_to_the_end():
     text = suite.table(result)
     assert "**7 of 8** run to the end" in text
     assert "| test_ops.py | passed | failed: ImportError: cannot import name 'x' |" in text
+
+
+def test_a_failed_test_is_tried_once_more_by_its_node_id(tmp_path):
+    import sys
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import pathlib\n"
+        "class TestThing:\n"
+        "    def test_second_try(self):\n"
+        "        mark = pathlib.Path(__file__).with_name('tried')\n"
+        "        first = not mark.exists()\n"
+        "        mark.touch()\n"
+        "        assert not first\n"
+        "def test_always_fails():\n"
+        "    assert False\n")
+    ids = ["tests.test_x.TestThing::test_second_try", "tests.test_x::test_always_fails"]
+    assert [suite.node_id(t, tmp_path) for t in ids] == ["tests/test_x.py::TestThing::test_second_try",
+                                                          "tests/test_x.py::test_always_fails"]
+    assert suite.rerun(sys.executable, tmp_path, ids, 120) == {ids[0]: "failed", ids[1]: "failed"}  # first try
+    assert suite.rerun(sys.executable, tmp_path, ids, 120) == {ids[0]: "passed", ids[1]: "failed"}
