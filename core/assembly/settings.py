@@ -89,7 +89,7 @@ def core_settings() -> list[Setting]:
         Setting("cpu", bool, False, "run on the CPU even when an accelerator is visible", ("--cpu",)),
         # where processes meet (used by every multi-process engine)
         Setting("num_machines", int, 1, "machines in the run", ("--num-machines",), minimum=1),
-        *(Setting(f"parallelism_config_{dim}_size", int, None,
+        *(Setting(f"mesh_{dim}_size", int, None,
                   f"ParallelismConfig {dim}_size for Accelerator() (the sizes' product is the process count)",
                   (f"--parallelism-config-{dim.replace('_', '-')}-size",), minimum=1)
           for dim in ("dp_replicate", "dp_shard", "tp", "cp", "sp")),

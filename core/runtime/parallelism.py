@@ -14,7 +14,7 @@ DIMS = ("dp_replicate", "dp_shard", "tp", "cp", "sp")
 
 def setting_name(dim: str) -> str:
     """The launch setting of a dimension's size (`--parallelism-config-tp-size`, Accelerate's spelling too)."""
-    return f"parallelism_config_{dim}_size"
+    return f"mesh_{dim}_size"
 
 
 def sizes_from_settings(settings: Any) -> dict[str, int] | None:
