@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
+from tests.waiting import read_until
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +79,13 @@ def test_slurm_one_launcher_per_node(tmp_path):
     out, job = tmp_path / "o", job_id()
     started = time.monotonic()
     procs = [start(tmp_path, slurm(job, 2, 1, 1, 1, 0), out)]
-    time.sleep(1)
+    arrived = read_until(procs[0].stderr, "acc launch: before the rendezvous (machine 1 of 2)", timeout=60)
+    if "acc launch: before the rendezvous (machine 1 of 2)" not in arrived:
+        procs[0].kill()
+        pytest.fail(f"node 1's launcher never reached the rendezvous: {arrived + procs[0].communicate()[1]}")
     procs.append(start(tmp_path, slurm(job, 2, 1, 0, 0, 0), out))
     errs = finish(procs)
+    errs[0] = arrived + errs[0]
     took = time.monotonic() - started
     results = read_rank_results(out)
     assert [results[r]["machine_rank"] for r in (0, 1)] == [0, 1] and {r["sum"] for r in results.values()} == {2.0}

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
+from tests.waiting import read_until, wait_for_exit, wait_for_paths
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +35,14 @@ def launcher(tmp_path: Path, rank: int, port: int, out: Path, *extra: str, ip: s
 
 
 def wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen.append(line)
-        if text in line:
-            return "".join(seen)
-    raise AssertionError(f"{text!r} not printed: {''.join(seen)}")
+    """What `proc` printed on stderr up to `text` (and any more it read; communicate() gives the rest)."""
+    seen = read_until(proc.stderr, text, timeout)
+    if text not in seen:
+        raise AssertionError(f"{text!r} not printed: {seen}")
+    return seen
+
+
+ARRIVED = "acc launch: before the rendezvous (machine 1 of 2)"  # machine 1 is past its checks, at the rendezvous
 
 
 @pytest.mark.parametrize("rdzv", ["default", "c10d"])
@@ -53,12 +52,13 @@ def test_machine_0_hosts_the_main_process_whatever_the_arrival_order(tmp_path, r
     port, out = free_port(), tmp_path / "o"
     extra = [] if rdzv == "default" else ["--rdzv-backend", "c10d"]
     first = launcher(tmp_path, 1, port, out, *extra)
-    time.sleep(1.5)
+    arrived = wait_for_line(first, ARRIVED)
     second = launcher(tmp_path, 0, port, out, *extra)
     errs = {}
     for rank, proc in ((1, first), (0, second)):
         _, errs[rank] = proc.communicate(timeout=120)
         assert proc.returncode == 0, errs[rank]
+    errs[1] = arrived + errs[1]
     results = read_rank_results(out)
     assert sorted(results) == [0, 1, 2, 3] and {r["sum"] for r in results.values()} == {4.0}
     main = 0 if rdzv == "default" else 1  # with c10d machine 1 (started first: the lower pid) got group rank 0
@@ -120,12 +120,11 @@ def test_a_machine_lost_mid_run_stops_the_other_within_15_s(tmp_path, victim, mo
     procs = {k: launcher(tmp_path, k, port, out, mode="sleep" if mode == "early" else mode) for k in (0, 1)}
     try:
         wait_for_line(procs[victim], "acc launch: machine")
-        deadline = time.monotonic() + 60
-        while mode != "early" and len(list(out.glob("rank*.json"))) < 4:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        if mode != "early":
+            assert wait_for_paths([out / f"rank{r}.json" for r in range(4)], timeout=60, ended=procs.values())
         workers = [r["pid"] for r in read_rank_results(out).values()] if out.exists() else []
-        time.sleep(0.5 if mode != "early" else 0)
+        if mode != "early":
+            time.sleep(0.5)  # on purpose: the loss comes mid-run, the workers idle (sleep) or in collectives (loop)
         killed = time.monotonic()
         procs[victim].kill()
         _, err = procs[1 - victim].communicate(timeout=60)
@@ -144,7 +143,7 @@ def test_a_machine_lost_mid_run_stops_the_other_within_15_s(tmp_path, victim, mo
                f"127.0.0.1:{port} stopped answering" in err
     assert ("the workers on this machine were stopped" in err) if mode != "loop" else \
         ("the workers here failed because of it:" in err and "acc launch: the run failed" in err)
-    time.sleep(0.5)
+    wait_for_exit([*workers, *leftover_processes(str(out))], timeout=10)  # what was still ending
     alive = [p for p in workers if Path(f"/proc/{p}").exists()
              and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
     assert alive == [] and leftover_processes(str(out)) == []
@@ -173,7 +172,7 @@ def test_two_hosts_in_network_namespaces_keep_the_main_process_on_machine_0(tmp_
         return launcher(tmp_path, rank, port, out, ip=ip, prefix=prefix, env=env)
 
     first = start(1)
-    time.sleep(1.5)
+    wait_for_line(first, ARRIVED)
     second = start(0)
     for proc in (first, second):
         _, err = proc.communicate(timeout=120)

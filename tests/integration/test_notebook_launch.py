@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
+from tests.waiting import wait_for_paths
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +123,22 @@ def _state(pid: int) -> str | None:
         return None
 
 
+async def _pids_written(out: Path, cell: asyncio.Future, timeout: float = 120) -> bool:
+    """Whether both workers wrote OUT/pid<rank> before the cell ended or the timeout passed (the wait runs in a
+    thread, on inotify; a pipe written when the cell ends first ends it)."""
+    stop_r, stop_w = os.pipe()
+    try:
+        with open(stop_r, "rb", buffering=0, closefd=False) as stop:
+            waiting = asyncio.ensure_future(asyncio.to_thread(wait_for_paths, [out / "pid0", out / "pid1"], timeout,
+                                                              ended=[stop]))
+            await asyncio.wait({waiting, cell}, return_when=asyncio.FIRST_COMPLETED)
+            os.write(stop_w, b".")  # the cell ended first (or the wait is over anyway)
+            return await waiting
+    finally:
+        os.close(stop_r)
+        os.close(stop_w)
+
+
 def _jupyter_dirs(tmp_path: Path) -> dict[str, str]:
     dirs = {name: tmp_path / "jupyter" / name.lower() for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
                                                                   "JUPYTER_RUNTIME_DIR", "IPYTHONDIR")}
@@ -192,13 +210,10 @@ def test_a_notebook_trains_on_two_processes_fails_with_the_traceback_survives_an
             for index, cell in enumerate(nb.cells):
                 task = asyncio.ensure_future(client.async_execute_cell(cell, index))
                 if "the test interrupts the kernel here" in cell.source:
-                    deadline = time.monotonic() + 120
-                    while not ((out / "pid0").exists() and (out / "pid1").exists()):
-                        assert time.monotonic() < deadline and not task.done(), \
-                            f"the long launch never started: {[c.outputs for c in nb.cells[:index + 1]]}"
-                        await asyncio.sleep(0.05)
+                    assert await _pids_written(out, task), \
+                        f"the long launch never started: {[c.outputs for c in nb.cells[:index + 1]]}"
                     seen["workers"] = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(0.5)  # on purpose: the workers loop a while before the interrupt
                     seen["interrupted_at"] = time.monotonic()
                     await km.interrupt_kernel()
                 await task
@@ -236,5 +251,5 @@ def test_a_notebook_trains_on_two_processes_fails_with_the_traceback_survives_an
     assert _line(kids, "children") == []
     deadline = time.monotonic() + 20
     while _state(seen["kernel_pid"]) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.1)  # a poll: the kernel manager reaping the kernel has no event to wait on
     assert _state(seen["kernel_pid"]) is None  # the kernel itself is shut down and reaped

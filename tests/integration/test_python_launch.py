@@ -17,6 +17,7 @@ import pytest
 
 import acc
 from tests.conftest import ROOT, WORKERS, clean_env
+from tests.waiting import wait_for_exit, wait_for_paths
 from tests.workers import launch_fn
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def nothing_left_behind():
     yield
     deadline = time.monotonic() + 10
     while set(children(os.getpid())) - before and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)  # a poll: a child being reaped (by the code that started it) has no event to wait on
     assert set(children(os.getpid())) - before == set(), "a launched process was left behind"
 
 
@@ -317,10 +318,9 @@ def _interruptible_launch(tmp_path):
     process, the workers' pids)."""
     proc = _script("interrupt", tmp_path, start_new_session=True)
     out = tmp_path / "out-interrupt"
-    deadline = time.monotonic() + 90
-    while not ((out / "pid0").exists() and (out / "pid1").exists()):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    if not wait_for_paths([out / "pid0", out / "pid1"], timeout=90, ended=[proc]):
+        proc.kill()
+        pytest.fail(f"the workers never wrote their pids: {proc.communicate()}")
     return proc, [int((out / f"pid{r}").read_text()) for r in (0, 1)]
 
 
@@ -328,9 +328,7 @@ def test_from_a_plain_script_sigint_stops_every_worker_and_the_next_launch_works
     proc, workers = _interruptible_launch(tmp_path)
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
-    deadline = time.monotonic() + 20
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_exit(workers, timeout=20)
     assert not any(alive(pid) for pid in workers), "a worker outlived the interrupt"
     assert time.monotonic() - sent < 15
     result = _result(proc, tmp_path, "interrupt")

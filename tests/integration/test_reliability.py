@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results, run
+from tests.waiting import read_until, wait_for_paths
 
 pytestmark = pytest.mark.slow
 DDP2 = ["--backend", "ddp", "--nproc", "2"]
@@ -63,12 +64,13 @@ def test_a_killed_rank_is_named_with_its_signal_and_log_tail(tmp_path):
 def test_sigint_to_the_launcher_stops_every_worker(tmp_path):
     proc = misbehave(tmp_path, "run", "--steps", "100000", start_new_session=True)
     pids = tmp_path / "out-run"
-    deadline = time.monotonic() + 60
-    while not ((pids / "pid0").exists() and (pids / "pid1").exists()):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    if not wait_for_paths([pids / "pid0", pids / "pid1"], timeout=60, ended=[proc]):
+        proc.kill()
+        pytest.fail(f"the workers never wrote their pids: {proc.communicate()}")
     workers = [int((pids / f"pid{r}").read_text()) for r in (0, 1)]
-    time.sleep(0.5)
+    # mid-run: rank 0 printing step 1 means both ranks finished step 0's all-reduce
+    seen = read_until(proc.stdout, "rank 0 step 1", timeout=60)
+    assert "rank 0 step 1" in seen, seen
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
 from tests.integration.sockets import listening_sockets
+from tests.waiting import wait_for_paths
 
 pytestmark = pytest.mark.slow
 
@@ -47,14 +48,12 @@ def test_control_torch_alone_listens_on_every_interface_and_on_the_host_names_ad
 
 
 def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(p.exists() for p in paths):
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended early ({proc.returncode}): {proc.stderr.read()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the ranks never got ready: {proc.stderr.read()}")
-        time.sleep(0.2)
+    if wait_for_paths(paths, timeout, ended=[proc]):
+        return
+    if proc.poll() is not None:
+        raise AssertionError(f"the run ended early ({proc.returncode}): {proc.stderr.read()}")
+    proc.kill()
+    raise AssertionError(f"the ranks never got ready: {proc.stderr.read()}")
 
 
 @pytest.mark.parametrize("backend", ["ddp", "fsdp", "deepspeed"])

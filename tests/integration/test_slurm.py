@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
+from tests.integration.sockets import listening_sockets
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -124,15 +126,16 @@ def slurm(tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm")
     for sub in ("state", *(f"spool/{n}" for n in names)):
         (root / sub).mkdir(parents=True)
-    conf = root / "slurm.conf"
+    conf, ctld_port = root / "slurm.conf", free_port()
     nodes = "\n".join(f"NodeName={n} NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 State=UNKNOWN" for n in names)
-    conf.write_text(CONF.format(controller=socket.gethostname(), ctld_port=free_port(), nodes=nodes, root=root))
+    conf.write_text(CONF.format(controller=socket.gethostname(), ctld_port=ctld_port, nodes=nodes, root=root))
     env = clean_env(root, SLURM_CONF=str(conf), PATH=f"{os.environ.get('PATH', '')}:/usr/sbin")
     sbin = lambda c: shutil.which(c, path=env["PATH"])  # noqa: E731
     logs = {n: root / f"{n}.out" for n in ("slurmctld", *names)}
     procs = [subprocess.Popen([sbin("slurmctld"), "-D", "-i", "-f", str(conf)], env=env,
                               stdout=logs["slurmctld"].open("w"), stderr=subprocess.STDOUT)]
-    time.sleep(1)
+    # the slurmds register with slurmctld once it listens (no event says so: its sockets are checked every 50 ms)
+    wait_until(lambda: any(s.port == ctld_port for s in listening_sockets(procs[0].pid)), timeout=30, ended=procs)
     for name in names:
         procs.append(subprocess.Popen([sbin("slurmd"), "-D", "-N", name, "-f", str(conf)], env=env,
                                       stdout=logs[name].open("w"), stderr=subprocess.STDOUT))
@@ -145,7 +148,7 @@ def slurm(tmp_path_factory):
                                     text=True).stdout
             if states.count("idle") == len(names):
                 break
-            time.sleep(0.5)
+            time.sleep(0.5)  # a poll: slurm tells a node's state only when asked
         if states.count("idle") != len(names):
             died = [f"{p.args[0]} exited {p.returncode}" for p in procs if p.poll() is not None]
             errors = []
@@ -177,7 +180,7 @@ def sbatch(env: dict, root: Path, name: str, header: str, command: str, timeout:
         if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
             code = int(fields.get("ExitCode", "1:0").split(":")[0])
             return code, (log.read_text() if log.exists() else "") + f"\n[job {job}: {fields['JobState']}]"
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll: slurm tells a job's state only when asked
     subprocess.run(["scancel", job], env=env, capture_output=True)
     raise AssertionError(f"job {name} ({job}) did not end within {timeout} s: {log.read_text() if log.exists() else ''}")
 

@@ -6,12 +6,12 @@ DIR/rank<R>.json, then waits (at most --wait seconds) for DIR/go before it ends.
 
 import argparse
 import os
-import time
 
 import torch
 from common import dump
 
 from acc import Accelerator
+from tests.waiting import wait_for_paths
 
 
 def main() -> None:
@@ -32,9 +32,7 @@ def main() -> None:
     total = accelerator.reduce(torch.ones(1, device=accelerator.device), "sum").item()
     dump(args.out, accelerator.process_index, {"rank": accelerator.process_index, "pid": os.getpid(), "sum": total,
                                                "gloo": os.environ.get("GLOO_SOCKET_IFNAME")})
-    deadline = time.monotonic() + args.wait
-    while not os.path.exists(os.path.join(args.out, "go")) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_paths([os.path.join(args.out, "go")], args.wait)
     accelerator.end_training()
 
 

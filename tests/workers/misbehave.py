@@ -45,7 +45,7 @@ def main() -> None:
                 time.sleep(3600)
         accelerator.reduce(torch.ones(1), "sum")
         if args.mode == "run":
-            time.sleep(0.05)
+            time.sleep(0.05)  # a steady pace: a long run lasts until the test stops it
     accelerator.end_training()
 
 
