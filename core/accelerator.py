@@ -31,6 +31,7 @@ from acc.runtime.data.loader import DataSettings, PreparedDataLoader
 from acc.runtime.data.loader import skip_first_batches as _skip_first_batches
 from acc.runtime.init_module import check_empty_init, check_meta_models, check_quantized_placement, has_meta
 from acc.runtime.optim import AcceleratedOptimizer, AcceleratedScheduler, move_optimizer_state
+from acc.runtime.parallelism import data_parallel_position
 from acc.runtime.placeholders import DummyOptim, DummyScheduler, check_prepare
 from acc.runtime.precision import BackendStepper, Precision, check_supported
 from acc.runtime.prepared import PreparedObjects
@@ -311,10 +312,10 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
             raise AccError("prepare_data_loader(slice_fn_for_dispatch=...) is not supported by acc: dispatched "
                            "batches are sliced along dim 0; slice in the collate_fn instead")
         place = self.device_placement if device_placement is None else device_placement
+        # sharded over the data-parallel processes: the ranks of one tp group see the same batches
+        shards, shard = data_parallel_position(self._runtime.parallelism_config, self.process_index, self.num_processes)
         prepared = PreparedDataLoader(
-            data_loader,
-            num_processes=self.num_processes,
-            process_index=self.process_index,
+            data_loader, num_processes=shards, process_index=shard,
             device=self.device if place else None,
             settings=self._data_settings(),
             broadcast_object=self._runtime._broadcast_object,  # the run's: the loader holds no Accelerator

@@ -80,6 +80,9 @@ _LAZY = {
     "MetaBuild": ("acc.runtime.init_module", "MetaBuild"),
     # torch.compile for a backend declaring Capabilities(compile="backend"): its units compiled in place
     "compile_units": ("acc.runtime.compiling", "compile_units"),
+    # the run's device mesh (Accelerator(parallelism_config=...)) and tensor parallelism on its tp dim
+    "run_mesh": ("acc.runtime.parallelism", "run_mesh"),
+    "apply_tensor_parallel": ("acc.runtime.tensor_parallel", "apply_tensor_parallel"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +99,8 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from acc.runtime.init_module import MetaBuild
     from acc.runtime.ops import apply
+    from acc.runtime.parallelism import run_mesh
+    from acc.runtime.tensor_parallel import apply_tensor_parallel
 
 
 def __getattr__(name: str) -> Any:
@@ -148,10 +153,10 @@ __all__ = [
     "LaunchPlan", "LocalCommunicator", "LoopState", "ProcessInfo", "Rendezvous", "ResolvedSettings", "RunContext",
     "MetaBuild", "Setting", "ShardedBuild", "ShardedReader", "TorchDistributed", "ValidationError",
     "dim0_split", "flat_split",
-    "apply", "choose_device", "collectives_choice", "compile_units", "destroy_process_group", "device_problems",
+    "apply", "apply_tensor_parallel", "choose_device", "collectives_choice", "compile_units", "destroy_process_group", "device_problems",
     "elastic_plan", "hookimpl",
     "init_process_group", "is_apple_silicon", "launcher_facts", "overridden", "load_object", "load_tensors", "model_prefix",
-    "module_available", "p2p_all_gather_into", "p2p_reduce_scatter_sum",
+    "module_available", "p2p_all_gather_into", "p2p_reduce_scatter_sum", "run_mesh",
     "save_object", "save_pieces", "save_tensors", "saved_world_size", "tpu_devices", "verify",
     "visible_cuda_devices",
 ]

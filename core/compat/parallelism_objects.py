@@ -32,6 +32,12 @@ def _version_at_least(package: str, minimum: str) -> bool:
         return False
 
 
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
+
+
 @dataclass
 class TorchContextParallelConfig:
     """Context parallelism with torch's `context_parallel`: `cp_comm_strategy` "allgather" (the default, or
@@ -93,7 +99,9 @@ class TorchTensorParallelConfig:
 
         if not _version_at_least("torch", BETA_TP_AVAILABLE_PYTORCH_VERSION):
             raise ValueError(f"tensor parallelism needs torch >= {BETA_TP_AVAILABLE_PYTORCH_VERSION}")
-        if not _version_at_least("transformers", BETA_TP_AVAILABLE_TRANSFORMERS_VERSION):
+        # acc's tensor parallel runs plain torch modules: transformers is needed only for its models' own plans, so
+        # only an older transformers that is installed is refused (Accelerate refuses its absence too)
+        if _installed("transformers") and not _version_at_least("transformers", BETA_TP_AVAILABLE_TRANSFORMERS_VERSION):
             raise ValueError(f"TP requires transformers >= {BETA_TP_AVAILABLE_TRANSFORMERS_VERSION}")
         if self.enable_async_tp:
             warnings.warn("enable_async_tp: asynchronous tensor parallelism is not supported; ignored", stacklevel=2)

@@ -125,6 +125,9 @@ class RunContext:
     # what the backend runs with, for scripts to read (the kernel shows it, e.g. DeepSpeed's config as Accelerate's
     # `AcceleratorState().deepspeed_plugin.deepspeed_config`); written by the backend only
     backend_config: dict[str, Any] = field(default_factory=dict)
+    # the run's ParallelismConfig, checked against the backend's Capabilities.mesh_dims (None without one);
+    # `acc.backend.run_mesh(ctx)` is its DeviceMesh
+    parallelism: Any = None
 
     def handler(self, cls: type) -> Any:
         """The user's kwargs handler of type `cls` (e.g. DistributedDataParallelKwargs), or None."""

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from acc.runtime import ops
+from acc.runtime.parallelism import data_parallel_position
 
 
 class DistributedOperationException(Exception):
@@ -85,11 +86,18 @@ class CollectivesMixin:
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """`gather`, minus the samples added to even out the last round, so evaluation sees each sample once."""
+        world = self.num_processes
+        group = world // data_parallel_position(self.ctx.parallelism, 0, world)[0]  # ranks reading the same batches
         if use_gather_object or not ops.all_tensors(input_data):
-            data = self.gather_object(input_data)
+            if world == 1:
+                data = input_data
+            else:  # one copy per tp group (its ranks, consecutive, saw the same samples)
+                data = flatten_one_level(self._gather_objects(input_data)[::group])
             use_gather_object = True
         else:
             data = self.gather(input_data)
+            if group > 1:
+                data = ops.apply(lambda t: t.reshape(world, -1, *t.shape[1:])[::group].reshape(-1, *t.shape[1:]), data)
         loop = self.ctx.loop
         if not loop.end_of_dataloader:
             return data

@@ -36,6 +36,11 @@ def size_problems(sizes: dict[str, int], num_processes: int, backend: str, drive
     if total != num_processes:
         return [f"ParallelismConfig: {product} = {total} processes, but this run has {num_processes}: launch "
                 f"{total} processes (acc launch --nproc {total}), or give sizes whose product is {num_processes}"]
+    if sizes.get("cp", 1) > 1 and _on_cpu(settings):
+        return [f"ParallelismConfig(cp_size={sizes['cp']}): context parallel needs CUDA. On the CPU, torch's "
+                "context_parallel cannot shard attention: SDPA's CPU kernel (aten._scaled_dot_product_flash_attention"
+                "_for_cpu) has no DTensor sharding strategy, and its math backend mixes Tensor and DTensor (measured "
+                "on torch 2.13 with gloo). Run on GPUs, or give cp_size 1"]
     problems = []
     for dim, size in sizes.items():
         if size > 1 and dim not in drives:
@@ -45,6 +50,17 @@ def size_problems(sizes: dict[str, int], num_processes: int, backend: str, drive
             problems.append(f"ParallelismConfig({dim}_size={size}): the {backend} backend drives "
                             f"{', '.join(drives) or 'no parallel dimension'}; {where}")
     return problems
+
+
+def _on_cpu(settings: Any) -> bool:
+    """Whether this run's processes compute on the CPU (--cpu, or no CUDA device visible)."""
+    from acc.assembly.hardware import visible_cuda_devices
+
+    try:
+        forced = bool(settings["cpu"])
+    except (KeyError, TypeError):
+        forced = False
+    return forced or visible_cuda_devices() == 0
 
 
 def check_parallelism(config: Any, num_processes: int, backend: str, capabilities: Any, settings: Any) -> Any:
@@ -130,5 +146,31 @@ def device_mesh(config: Any, device: Any, num_processes: int) -> Any:
     return config.get_device_mesh(getattr(device, "type", str(device)))
 
 
-__all__ = ["backends_driving", "check_parallelism", "device_mesh", "mesh_lines", "setting_name", "size_problems",
+def run_mesh(ctx: Any) -> Any:
+    """The DeviceMesh of the run's ParallelismConfig (`ctx.parallelism`), or None: what a backend that declares mesh
+    dims builds its wrapping on (the same mesh `accelerator.torch_device_mesh` returns)."""
+    return device_mesh(ctx.parallelism, ctx.device, ctx.num_processes)
+
+
+def active_sizes(config: Any) -> dict[str, int]:
+    """dimension -> size of the config's dimensions above 1 (all of DIMS read; {} without a config)."""
+    if config is None:
+        return {}
+    return {dim: int(getattr(config, f"{dim}_size")) for dim in DIMS if int(getattr(config, f"{dim}_size")) > 1}
+
+
+def data_parallel_position(config: Any, rank: int, world: int) -> tuple[int, int]:
+    """(data-parallel processes, this rank's index among them): where a data loader shards. Without a config, or
+    with data parallelism only, every process is its own dp rank; with tp/cp/sp above 1 (inner mesh dims: the ranks
+    of one tp group are consecutive) the processes of one group share an index, and so see the same batches."""
+    sizes = active_sizes(config)
+    inner = 1
+    for dim in ("cp", "sp", "tp"):
+        inner *= sizes.get(dim, 1)
+    if inner == 1:
+        return world, rank
+    return world // inner, rank // inner
+
+
+__all__ = ["active_sizes", "backends_driving", "data_parallel_position", "run_mesh", "check_parallelism", "device_mesh", "mesh_lines", "setting_name", "size_problems",
            "sizes_from_settings"]

@@ -77,6 +77,7 @@ class Runtime(CollectivesMixin):
         self.ctx.communicator = self._communicator()
         self.parallelism_config = check_parallelism(parallelism_config, self.ctx.num_processes, self.ctx.backend,
                                                     self.capabilities, self.ctx.settings)
+        self.ctx.parallelism = self.parallelism_config
         self.accelerator: Any = None  # the Accelerator built on this runtime, if any (for GradientState)
         self.builds: list[Any] = []  # the ShardedBuilds of init_module() contexts (acc.load_checkpoint_in_model)
         self._ended = False

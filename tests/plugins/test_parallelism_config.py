@@ -57,9 +57,9 @@ def test_the_launch_refuses_sizes_before_any_process_starts(tmp_path):
 
 @pytest.mark.slow
 def test_a_dimension_the_backend_does_not_drive_is_refused_naming_one_that_does(tmp_path):
-    ranks = launch(tmp_path, "fsdp", "refused", "dp_replicate=2")
-    assert ranks[0]["error"] == ("ParallelismConfig(dp_replicate_size=2): the fsdp backend drives dp_shard; backends "
-                                 "that drive dp_replicate: ddp (acc launch --backend ddp)")
+    ranks = launch(tmp_path, "ddp", "refused", "tp=2")
+    assert ranks[0]["error"] == ("ParallelismConfig(tp_size=2): the ddp backend drives dp_replicate; backends that "
+                                 "drive tp: fsdp (acc launch --backend fsdp)")
 
 
 def test_sizes_whose_product_is_not_the_process_count_are_refused_saying_both():

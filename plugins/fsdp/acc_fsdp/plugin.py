@@ -107,7 +107,7 @@ def acc_capabilities(settings: Any) -> sdk.Capabilities:
     return sdk.Capabilities(sync="every_step", state="sharded", reshard=True,
                             distributed_type=sdk.DistributedType.FSDP, mixed_precision=("no", "bf16"),
                             compile="backend", notes=("fp16 would need a sharded gradient scaler: use bf16",),
-                            mesh_dims=("dp_shard",))
+                            mesh_dims=("dp_replicate", "dp_shard", "tp"))
 
 
 @sdk.hookimpl
@@ -139,18 +139,39 @@ def acc_teardown(ctx: sdk.RunContext) -> None:
 
 
 def _mesh(ctx: sdk.RunContext) -> Any:
+    """The mesh fully_shard shards over: the run mesh's dp dims (dp_shard, or dp_replicate x dp_shard: HSDP) where
+    the script gave a ParallelismConfig, else the world (machines x processes under hybrid_shard); None when the
+    ParallelismConfig has no dp dim above 1 (tensor parallel alone: nothing to shard over)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = ctx.backend_state.get("mesh")
-    if mesh is None:
+    if "mesh" in ctx.backend_state:
+        return ctx.backend_state["mesh"]
+    mesh, run = None, sdk.run_mesh(ctx)
+    if run is not None:
+        names = run.mesh_dim_names or ()
+        if ctx.settings["fsdp_strategy"] == "hybrid_shard":
+            raise sdk.AccError("fsdp_strategy 'hybrid_shard' and a ParallelismConfig both say how to replicate: give "
+                               "ParallelismConfig(dp_replicate_size=..., dp_shard_size=...) alone (HSDP)")
+        if "dp_replicate" in names and "dp_shard" not in names:
+            raise sdk.AccError("ParallelismConfig(dp_replicate_size>1) with dp_shard_size 1: the fsdp backend shards; "
+                               "give dp_shard_size > 1 too (HSDP), or run pure replication on the ddp backend")
+        dp = tuple(d for d in ("dp_replicate", "dp_shard") if d in names)
+        mesh = run[dp] if dp else None
+    else:
         world, kind = ctx.num_processes, ctx.device.type
         if ctx.settings["fsdp_strategy"] == "hybrid_shard":
             machines = ctx.settings["num_machines"]
             mesh = init_device_mesh(kind, (machines, world // machines), mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh(kind, (world,), mesh_dim_names=("shard",))
-        ctx.backend_state["mesh"] = mesh
+    ctx.backend_state["mesh"] = mesh
     return mesh
+
+
+def _tp_mesh(ctx: sdk.RunContext) -> Any:
+    """The run mesh's tp dimension, or None (no ParallelismConfig, or tp_size 1)."""
+    run = sdk.run_mesh(ctx)
+    return run["tp"] if run is not None and "tp" in (run.mesh_dim_names or ()) else None
 
 
 def _shard(ctx: sdk.RunContext, model: Any) -> list[Any]:
@@ -198,7 +219,10 @@ def _shard(ctx: sdk.RunContext, model: Any) -> list[Any]:
 
 
 @sdk.hookimpl
-def acc_init_module(ctx: sdk.RunContext, empty_init: bool | None) -> sdk.ShardedBuild:
+def acc_init_module(ctx: sdk.RunContext, empty_init: bool | None) -> sdk.ShardedBuild | None:
+    run = sdk.run_mesh(ctx)
+    if run is not None and tuple(run.mesh_dim_names or ()) != ("dp_shard",):
+        return None  # tensor parallel and HSDP split parameters otherwise than dim 0 over the world: a normal build
     return build.new_build(ctx, empty_init)
 
 
@@ -220,9 +244,17 @@ def acc_wrap(ctx: sdk.RunContext, models: list, optimizers: list) -> tuple[list,
                     "replaces the parameters when it shards, so prepare the model and optimizer before the first "
                     "optimizer step (e.g. model, optimizer = accelerator.prepare(model, optimizer))"
                 )
+        run = sdk.run_mesh(ctx)
+        if parts is not None and run is not None and tuple(run.mesh_dim_names or ()) != ("dp_shard",):
+            raise sdk.AccError(f"a ParallelismConfig over {' x '.join(run.mesh_dim_names or ())} takes a model built "
+                               "whole on each process: build it without init_empty_weights() and without "
+                               "fsdp_from_rank0 (they split parameters along dim 0 over every process, for fsdp alone)")
+        tp = _tp_mesh(ctx)
+        if tp is not None:
+            sdk.apply_tensor_parallel(model, tp)  # TP first; fully_shard then shards the DTensors over dp
         if parts is not None:
             build.to_meta(model)
-        units = _shard(ctx, model)
+        units = _shard(ctx, model) if _mesh(ctx) is not None else []
         if parts is not None:
             build.fill_shards(ctx, model, parts)
         # torch.compile per unit (Capabilities(compile="backend")): each sharded unit compiled in place, so its
@@ -259,11 +291,21 @@ def acc_clip_grad_norm(ctx: sdk.RunContext, parameters: list, max_norm: float, n
     import torch
     from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, norm_type=norm_type)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()  # the norm over every shard
-    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    # grads on different meshes (tensor-parallel weights on dp x tp, the rest on dp) cannot be stacked: one norm
+    # per mesh, each over all its shards, then combined
+    groups: dict[Any, list[Any]] = {}
+    for p in parameters:
+        if p.grad is not None:
+            groups.setdefault(id(p.grad.device_mesh) if isinstance(p.grad, DTensor) else None, []).append(p)
+    norms = []
+    for params in groups.values():
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=norm_type)
+        norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)  # the norm over every shard
+    if not norms:
+        return torch.zeros(())
+    total = norms[0] if len(norms) == 1 else torch.nn.utils.get_total_norm(norms, norm_type=norm_type)
+    for params in groups.values():  # scaled group by group (a DTensor and a Tensor do not mix in one foreach)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
 
 

@@ -81,8 +81,10 @@ def _reshard_without_backward(module: Any, args: Any, output: Any) -> None:
 
 def _choice(ctx: sdk.RunContext, setting: str) -> str:
     """The collective `setting` names (auto: the SDK's rule; p2p does not fit hybrid_shard's two-level groups)."""
+    mesh = ctx.backend_state.get("mesh")
     return sdk.collectives_choice(ctx.settings[setting], ctx.process.process_group_backend,
-                                  p2p_fits=ctx.settings["fsdp_strategy"] != "hybrid_shard")
+                                  p2p_fits=ctx.settings["fsdp_strategy"] != "hybrid_shard"
+                                  and (mesh is None or mesh.ndim == 1))
 
 
 def _summing_reduce_scatter(sum_chunks: Callable[[Any, Any, Any], None]) -> Any:
