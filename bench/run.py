@@ -20,7 +20,7 @@ from common import ROOT, Result, machine  # noqa: E402
 # name -> repeats (alternating pairs) that fit the whole run in well under 15 minutes on 2 cores
 BENCHMARKS = {"cli_startup": 5, "launch_ready": 5, "launch_python": 5, "ddp_step": 7, "gather": 3, "precision_step": 3,
               "compile_step": 5, "checkpoint_io": 3, "sharded": 1, "sharded_floor": 3,
-              "scaling": 1, "big_model": 3, "from_pretrained": 3, "tracking_log": 5}
+              "scaling": 1, "mesh": 1, "big_model": 3, "from_pretrained": 3, "tracking_log": 5}
 
 
 def main() -> None:
