@@ -76,6 +76,7 @@ def reference(steps: int) -> tuple[dict, list[float]]:
 
 
 def main() -> None:
+    from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
     from acc import Accelerator, ParallelismConfig
@@ -128,6 +129,7 @@ def main() -> None:
         "mesh": list(mesh.mesh_dim_names) if mesh is not None else None,
         "coordinate": mesh.get_coordinate() if mesh is not None else None,
         "dtensor_params": sorted(n for n, q in model.named_parameters() if isinstance(q, DTensor)),
+        "fsdp_units": sorted(n or "<root>" for n, m in model.named_modules() if isinstance(m, FSDPModule)),
     })
     accelerator.end_training()
 

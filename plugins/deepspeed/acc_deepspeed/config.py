@@ -136,7 +136,7 @@ def complete(user: Mapping[str, Any], settings: Mapping[str, Any], world_size: i
 BUCKET_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
 # ZeRO-3 sizes only `model` fills (Accelerate has no "auto" for them); measured on the bench model (bench/sharded.py)
 MODEL_KEYS = ("sub_group_size", "stage3_max_live_parameters", "stage3_max_reuse_distance")
-ZERO_BUCKETS = ("deepspeed", "model")
+ZERO_BUCKETS = ("auto", "deepspeed", "model")
 
 
 def hidden_size(config_hidden: Any, parameter_shapes: list[tuple[int, ...]]) -> int | None:
@@ -171,8 +171,11 @@ def fill_buckets(config: dict[str, Any], hidden: int | None, sizing: str, where:
     `zero_buckets` = model every one the config leaves out too (DeepSpeed's own defaults, 5e8, 5e7 and 1e5 elements
     for the buckets and 1e9 for the rest, are sized for billion-parameter models). With `model` on the CPU (`cpu`) a
     prefetch bucket left out is 0: there the prefetched all-gather overlapped nothing (the step was no faster) and
-    held the next layer's parameters gathered early (peak 0.65 -> 0.63 x ddp on the bench model). "auto" stays
-    Accelerate's value. Returns the problems."""
+    held the next layer's parameters gathered early (peak 0.65 -> 0.63 x ddp on the bench model). `zero_buckets` =
+    auto (the default) is model when the hidden size is known, else deepspeed. A value "auto" in the config stays
+    Accelerate's formula. Returns the problems."""
+    if sizing == "auto":  # model where the hidden size is known, DeepSpeed's own sizes where it is not
+        sizing = "model" if hidden is not None else "deepspeed"
     zero = config.setdefault("zero_optimization", {})
     keys = (*BUCKET_KEYS, *MODEL_KEYS) if zero.get("stage") == 3 else BUCKET_KEYS[:1]  # the rest is ZeRO-3's
     wanted = [k for k in (*BUCKET_KEYS, *MODEL_KEYS)

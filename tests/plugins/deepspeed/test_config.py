@@ -104,6 +104,19 @@ def test_bucket_sizes_come_from_the_hidden_size(stage, sizing, zero, want, cpu):
     assert {k: v for k, v in config["zero_optimization"].items() if k in (*BUCKET_KEYS, *MODEL_KEYS)} == want
 
 
+def test_zero_buckets_auto_is_model_with_a_hidden_size_and_deepspeeds_sizes_without():
+    from acc_deepspeed.config import fill_buckets
+
+    derived, model = {"zero_optimization": {"stage": 3}}, {"zero_optimization": {"stage": 3}}
+    assert fill_buckets(derived, 100, "auto", "ds.json") == [] and fill_buckets(model, 100, "model", "ds.json") == []
+    assert derived == model and derived["zero_optimization"]["reduce_bucket_size"] == 10000
+    given = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 123}}
+    fill_buckets(given, 100, "auto", "ds.json")
+    assert given["zero_optimization"]["reduce_bucket_size"] == 123  # the user's value wins
+    unknown = {"zero_optimization": {"stage": 3}}
+    assert fill_buckets(unknown, None, "auto", "ds.json") == [] and unknown == {"zero_optimization": {"stage": 3}}
+
+
 def test_auto_buckets_without_a_hidden_size_are_a_problem_naming_the_keys():
     from acc_deepspeed.config import fill_buckets
 

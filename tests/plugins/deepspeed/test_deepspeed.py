@@ -39,6 +39,17 @@ def test_zero_stages_match_ddp(tmp_path, ddp_reference, stage, buckets):
     assert (masters and all(masters)) if stage == 3 else masters == []
 
 
+def test_zero3_derived_buckets_by_default_train_as_deepspeeds_sizes_do(tmp_path):
+    """zero_buckets auto (the default) sizes ZeRO-3's buckets from the model (its hidden size is known here); the
+    losses equal those with DeepSpeed's own sizes within 1e-5."""
+    runs = {}
+    for buckets in ("auto", "deepspeed"):
+        acc_launch(tmp_path, [*DS, "--zero-stage", "3", "--zero-buckets", buckets], "layers.py",
+                   ["--out", str(tmp_path / buckets)])
+        runs[buckets] = read_rank_results(tmp_path / buckets)[0]["losses"]
+    assert len(runs["auto"]) == 20 and all(abs(a - b) <= 1e-5 for a, b in zip(runs["auto"], runs["deepspeed"]))
+
+
 @pytest.mark.parametrize("choice", ["auto", "native"])
 def test_zero_collectives_on_gloo_give_torch_distributed_results(tmp_path, choice):
     """DeepSpeed's all-gathers (asynchronous and in place) and SUM/AVG reduce-scatters, as ZeRO calls them, on 3

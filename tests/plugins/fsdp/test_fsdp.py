@@ -96,7 +96,7 @@ def test_acc_check_passes_on_fsdp(tmp_path):
 @pytest.mark.parametrize("flags,message", [
     (["--mixed-precision", "fp16"], "mixed_precision 'fp16' is not supported by the fsdp backend (it runs no, bf16; "
                                     "fp16 came from flag --mixed-precision)"),
-    (["--fsdp-wrap", "layers=Block"], "fsdp_wrap 'layers=Block': expected transformer_layer=ClassName"),
+    (["--fsdp-wrap", "layers=Block"], "fsdp_wrap 'layers=Block': expected auto, none, transformer_layer=ClassName"),
     (["--fsdp-strategy", "hybrid_shard"], "'hybrid_shard' replicates across machines"),
 ])
 def test_bad_options_are_refused_before_starting(tmp_path, flags, message):

@@ -26,9 +26,10 @@ def _reference(steps: int) -> tuple[dict, list[float]]:
     return reference(steps)
 
 
-def _train(tmp_path, name: str, nproc: int, sizes: list[str], *extra: str) -> dict:
+def _train(tmp_path, name: str, nproc: int, sizes: list[str], *extra: str, flags: tuple[str, ...] = ()) -> dict:
+    """The worker's run (`extra`: its arguments; `flags`: more launch flags), its ranks' results and weights."""
     out = tmp_path / name
-    acc_launch(tmp_path, ["--backend", "fsdp", "--nproc", str(nproc)], "tensor_parallel.py",
+    acc_launch(tmp_path, ["--backend", "fsdp", "--nproc", str(nproc), *flags], "tensor_parallel.py",
                ["--out", str(out), *(["--sizes", *sizes] if sizes else []), *extra])
     ranks = read_rank_results(out)
     assert sorted(ranks) == list(range(nproc)), ranks
@@ -79,6 +80,34 @@ def test_a_checkpoint_resumes_across_mesh_shapes_to_the_uninterrupted_weights(tm
         diff = _max_diff(run["weights"], _reference(steps)[0])
         print(f"after {steps} steps: max |dw| against one uninterrupted process {diff:.2e}")
         assert diff <= TOL
+
+
+@pytest.mark.slow
+def test_fsdp_wrap_auto_shards_the_repeated_blocks_and_trains_as_the_root_alone_does(tmp_path):
+    """The default (fsdp_wrap auto) makes each of the ModuleList's Blocks a unit; the weights equal those of the
+    root-only wrap (Accelerate's NO_WRAP) and of one process."""
+    auto = _train(tmp_path, "auto", 2, [])
+    root = _train(tmp_path, "root", 2, [], flags=("--fsdp-wrap", "none"))
+    assert auto["ranks"][0]["fsdp_units"] == ["<root>", "blocks.0", "blocks.1"]
+    assert root["ranks"][0]["fsdp_units"] == ["<root>"]
+    want = _reference(3)[0]
+    assert _max_diff(auto["weights"], root["weights"]) <= TOL and _max_diff(auto["weights"], want) <= TOL
+
+
+def test_fsdp_wrap_auto_finds_the_largest_run_of_one_class_holding_half_the_parameters():
+    from acc_fsdp.plugin import repeated_blocks
+
+    sys.path.insert(0, str(WORKERS))
+    from tensor_parallel import Net
+
+    net = Net()
+    assert repeated_blocks(net) == list(net.blocks)
+    stack = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(3)])  # the bench model's shape
+    assert repeated_blocks(stack) == list(stack)
+    mixed = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 32), nn.Conv1d(32, 4, 1))
+    assert repeated_blocks(mixed) == []  # children of two classes: the root alone
+    small = nn.Sequential(nn.Linear(64, 64), nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)]))
+    assert repeated_blocks(small) == []  # the blocks hold under half of the parameters
 
 
 # ---------------------------------------------------------------------------------------- the plan, in process
