@@ -358,8 +358,7 @@ def require_torch_min_version(test_case: TestCase | None = None, version: str | 
 
 def require_pippy(test_case: TestCase) -> TestCase:
     """Run only where pipeline-parallel inference can run: torch's pipelining (torch >= 2.4), not a first-generation
-    Gaudi, and acc's `acc.inference.prepare_pippy` working (`acc.inference.PIPELINE_INFERENCE`; acc has none yet,
-    so these tests are skipped)."""
+    Gaudi, and acc's `acc.inference.prepare_pippy` working (`acc.inference.PIPELINE_INFERENCE`)."""
     from acc import inference
 
     return _skip_unless(is_pippy_available() and not is_habana_gaudi1() and inference.PIPELINE_INFERENCE,

@@ -265,10 +265,21 @@ def test_prepare_for_launch_sets_the_ranks_of_a_forked_process(monkeypatch, tmp_
     assert json.loads((tmp_path / "env.json").read_text()) == {"LOCAL_RANK": "1", "RANK": "3", "FORK_LAUNCHED": "1"}
 
 
-def test_prepare_pippy_says_acc_has_no_pipeline_inference_and_what_it_offers():
+def test_prepare_pippy_cuts_by_size_outside_no_split_classes_and_pads_to_the_micro_batches():
+    import torch
     from torch import nn
 
-    from acc import AccError, prepare_pippy
+    from acc import prepare_pippy
+    from acc.big_model.pipeline import auto_split_points, pad_rows
 
-    with pytest.raises(AccError, match="no pipeline-parallel .* device_map='auto'"):
-        prepare_pippy(nn.Linear(2, 2))
+    class Pair(nn.Sequential):
+        pass
+
+    model = nn.Sequential(nn.Linear(4, 64), Pair(nn.Linear(64, 64), nn.Linear(64, 64)), nn.Linear(64, 4))
+    assert auto_split_points(model, 2) == ["1.1"]  # an even cut by size: 1.3 KB + 16.6 KB | 16.6 KB + 1.0 KB
+    assert auto_split_points(model, 2, ["Pair"]) == ["1"]  # never inside a Pair
+    assert auto_split_points(model, 3) == ["1.0", "1.1"]
+    padded = pad_rows((torch.ones(3, 2), {"mask": torch.ones(3)}), 3, 2)
+    assert padded[0].shape == (4, 2) and padded[0][3].tolist() == [0.0, 0.0] and padded[1]["mask"].shape == (4,)
+    single = nn.Linear(2, 2)
+    assert prepare_pippy(single) is single and single.hf_split_points == []  # one process: one stage, the model
