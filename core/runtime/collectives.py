@@ -87,7 +87,7 @@ class CollectivesMixin:
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """`gather`, minus the samples added to even out the last round, so evaluation sees each sample once."""
         world = self.num_processes
-        group = world // data_parallel_position(self.ctx.parallelism, 0, world)[0]  # ranks reading the same batches
+        group = self._replica_group()
         if use_gather_object or not ops.all_tensors(input_data):
             if world == 1:
                 data = input_data
@@ -108,6 +108,11 @@ class CollectivesMixin:
             return data[:keep]
         return ops.apply(lambda t: t[:keep], data)
 
+    def _replica_group(self) -> int:
+        """How many consecutive ranks read the same batches (a tp group's; 1 without a tp dim)."""
+        world = self.num_processes
+        return world // data_parallel_position(self.ctx.parallelism, 0, world)[0]
+
     def gather_object(self, obj: Any) -> Any:
         """Every process's picklable object in one flat list (a list from each process is unpacked one level);
         on one process, the object itself."""
@@ -118,7 +123,9 @@ class CollectivesMixin:
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Reduce every tensor in `tensor` across processes: "sum", "mean", "max" (and acc's "min").
 
-        As in Accelerate, `scale` is applied on XLA only (elsewhere a warning says it was ignored) and
+        On a mesh with a tp dim, "sum" counts each tp group once (its ranks read the same batches, as
+        gather_for_metrics keeps one copy per group); Accelerate sums every rank there. As in Accelerate, `scale`
+        is applied on XLA only (elsewhere a warning says it was ignored) and
         "none" sums, as Accelerate 1.15 does on every multi-process backend (its documentation says "no
         operation"); on one process every reduction returns a copy.
         """
@@ -132,9 +139,14 @@ class CollectivesMixin:
             return ops.apply(lambda t: t.clone(), tensor)
         op = "sum" if reduction == "none" else reduction
         apply_scale = scale != 1.0 and self._scale_applies()
+        group = self._replica_group()
 
         def one(t: torch.Tensor) -> torch.Tensor:
-            out = self.ctx.communicator.all_reduce(t.detach().clone(), op)
+            if op == "sum" and group > 1:  # one copy per tp group: its ranks hold the same samples' values
+                every = self._all_gather(t.detach().clone().reshape(1, *t.shape))
+                out = every[::group].sum(0, dtype=t.dtype)
+            else:  # mean, max and min over identical copies are theirs over the data-parallel ranks already
+                out = self.ctx.communicator.all_reduce(t.detach().clone(), op)
             return out * scale if apply_scale else out
 
         return ops.apply(one, tensor)

@@ -119,13 +119,16 @@ def main() -> None:
     for (batch,) in rows:
         evaluated += accelerator.gather_for_metrics(batch).tolist()
         objects += accelerator.gather_for_metrics([f"row {i}" for i in batch.tolist()], use_gather_object=True)
+    # reduce: "sum" counts each tp group once (its ranks read the same batches); "mean" and "max" as over dp
+    reduced = {how: accelerator.reduce(torch.tensor([sum(seen), 1.0], dtype=torch.float64), how).tolist()
+               for how in ("sum", "mean", "max")}
     state = accelerator.get_state_dict(model)
     os.makedirs(args.out, exist_ok=True)
     if accelerator.is_main_process:
         torch.save({k: v.detach().cpu() for k, v in state.items()}, os.path.join(args.out, "weights.pt"))
     mesh = accelerator.torch_device_mesh
     dump(args.out, accelerator.process_index, {
-        "seen": seen, "norms": norms, "losses": losses, "evaluated": evaluated, "objects": objects,
+        "seen": seen, "norms": norms, "losses": losses, "evaluated": evaluated, "objects": objects, "reduced": reduced,
         "mesh": list(mesh.mesh_dim_names) if mesh is not None else None,
         "coordinate": mesh.get_coordinate() if mesh is not None else None,
         "dtensor_params": sorted(n for n, q in model.named_parameters() if isinstance(q, DTensor)),

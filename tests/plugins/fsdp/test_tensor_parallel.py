@@ -64,6 +64,11 @@ def test_training_on_the_mesh_matches_one_process(tmp_path, sizes, nproc, tp):
     for seen in ranks.values():  # gather_for_metrics: each evaluation row once, one copy per tp group
         assert sorted(seen["evaluated"]) == list(range(11)), seen["evaluated"]
         assert sorted(seen["objects"]) == sorted(f"row {i}" for i in range(11)), seen["objects"]
+    replicas = [sum(ranks[r]["seen"]) for r in range(0, nproc, tp)]  # each dp rank's batches once
+    for seen in ranks.values():
+        assert seen["reduced"]["sum"] == pytest.approx([sum(replicas), nproc // tp], abs=1e-9), seen["reduced"]
+        assert seen["reduced"]["mean"] == pytest.approx([sum(replicas) / len(replicas), 1.0], abs=1e-9)
+        assert seen["reduced"]["max"] == pytest.approx([max(replicas), 1.0], abs=1e-9)
     if tp > 1:  # the plan's Linears are DTensors (the norms and the head are not in the plan)
         assert "blocks.0.up.weight" in ranks[0]["dtensor_params"] and "blocks.1.down.weight" in ranks[0]["dtensor_params"]
 
