@@ -1,24 +1,47 @@
 """torch.compile (inductor) vs eager step time on CPU for a small transformer block (one process, cpu backend).
 
-The workload warms up for 5 steps (the compiling happens there) and times the next 30; compile time is not in
-the figure. The same workload as precision_step, in fp32.
+Each launch warms up for 5 steps (the compiling happens there) and times the next 30: the step rows are warm
+steps only; the warm-up's own time (compiling included, inductor's caches off so every launch compiles) is a row
+of its own. Inductor is measured twice: with its own random numbers (compile_random inductor, the default and
+Accelerate's) and with torch's (--compile-random eager: the uncompiled model's dropout masks). The three
+configurations run in turns, the order rotated each round. The same workload as precision_step, in fp32.
 """
 
 from __future__ import annotations
 
-from common import ACC, WORKLOADS, Result, alternate, bench_line, env_for_bench
+import statistics
+
+from common import ACC, WORKLOADS, Result, bench_line, env_for_bench
+
+WORKLOAD = "d_model 256, 4 heads, ff 1024, dropout 0.1, batch 16 x 64 tokens, AdamW, fp32"
+CONFIGS = {"eager": ["--dynamo-backend", "no"],
+           "inductor": ["--dynamo-backend", "inductor"],
+           "inductor, eager random": ["--dynamo-backend", "inductor", "--compile-random", "eager"]}
 
 
 def run(repeats: int) -> list[Result]:
-    env = env_for_bench()
+    env = env_for_bench(TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     script = str(WORKLOADS / "transformer_step.py")
-
-    def step(dynamo: str) -> float:
-        line = bench_line([ACC, "launch", "--cpu", "--dynamo-backend", dynamo, script], env)
-        if line["compiled"] != (dynamo != "no"):
-            raise RuntimeError(f"--dynamo-backend {dynamo}: the model was {'not ' if line['compiled'] else ''}compiled")
-        return line["per_step_s"]
-
-    value, base = alternate(lambda: step("inductor"), lambda: step("no"), repeats)
-    return [Result("transformer block step time on CPU", "torch.compile (inductor)", "eager", value, base, "s/step",
-                   repeats, "d_model 256, 4 heads, ff 1024, batch 16 x 64 tokens, AdamW, fp32; compiling in warm-up")]
+    step: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    warmup: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    names = list(CONFIGS)
+    for round_ in range(repeats):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            line = bench_line([ACC, "launch", "--cpu", *CONFIGS[name], script], env)
+            if line["compiled"] != (name != "eager"):
+                raise RuntimeError(f"{name}: the model was {'not ' if line['compiled'] else ''}compiled")
+            step[name].append(line["per_step_s"])
+            warmup[name].append(line["warmup_s"])
+    med = {name: statistics.median(values) for name, values in step.items()}
+    warm = {name: statistics.median(values) for name, values in warmup.items()}
+    title = "transformer block step time on CPU (warm steps)"
+    return [
+        Result(title, "torch.compile (inductor)", "eager", med["inductor"], med["eager"], "s/step", repeats,
+               WORKLOAD + "; inductor's random numbers (the default, Accelerate's)"),
+        Result(title, "torch.compile (inductor, --compile-random eager)", "eager", med["inductor, eager random"],
+               med["eager"], "s/step", repeats, WORKLOAD + "; dropout drawn by torch's generator, the eager masks"),
+        Result(title, "torch.compile (inductor, --compile-random eager)", "torch.compile (inductor)",
+               med["inductor, eager random"], med["inductor"], "s/step", repeats, WORKLOAD),
+        Result("transformer block warm-up (5 steps, compiling included, caches off)", "torch.compile (inductor)",
+               "eager", warm["inductor"], warm["eager"], "s", repeats, WORKLOAD),
+    ]

@@ -21,15 +21,18 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, opt = accelerator.prepare(model, opt)
     x = torch.randn(16, 64, 256, device=accelerator.device)
+    begin = time.perf_counter()
     for i in range(WARMUP + STEPS):
         if i == WARMUP:
             start = time.perf_counter()
+            warmup = start - begin
         loss = model(x).pow(2).mean()
         accelerator.backward(loss)
         opt.step()
         opt.zero_grad()
     per_step = (time.perf_counter() - start) / STEPS
-    print("BENCH " + json.dumps({"per_step_s": per_step, "mixed_precision": accelerator.mixed_precision,
+    print("BENCH " + json.dumps({"per_step_s": per_step, "warmup_s": warmup,
+                                  "mixed_precision": accelerator.mixed_precision,
                                   "compiled": hasattr(model, "_orig_mod")}))
 
 

@@ -168,6 +168,10 @@ def loop_semantics_settings() -> list[Setting]:
         Setting("clip_on_micro_steps", bool, True, "clip_grad_norm_/clip_grad_value_ also clip the partial gradients "
                 "of accumulation micro-steps (Accelerate's); false: they do nothing there and clip_grad_norm_ returns "
                 "None", ("--clip-on-micro-steps",), presets=_preset(True, False)),
+        Setting("compile_random", str, "inductor", "where a model compiled with inductor draws its random numbers "
+                "(dropout's masks): inductor (its own generator, Accelerate's; on the CPU one Philox draw per element) "
+                "or eager (torch's generator: the uncompiled model's masks exactly, and a faster step on the CPU)",
+                ("--compile-random",), choices=("inductor", "eager"), presets=_preset("inductor", "eager")),
         Setting("fp16_on_cpu", bool, False, "mixed_precision fp16 on the CPU runs float16 autocast with a gradient "
                 "scaler; false: float32, as Accelerate trains there", ("--fp16-on-cpu",), presets=_preset(False, True)),
     ]

@@ -25,13 +25,18 @@ from acc.errors import AccError
 
 def compile_options(ctx: Any) -> dict[str, Any] | None:
     """torch.compile's keyword arguments for this run (`backend` and the TorchDynamoPlugin's fields that were
-    set), or None when the run does not compile (dynamo_backend unset or "no")."""
+    set), or None when the run does not compile (dynamo_backend unset or "no"). With compile_random = "eager",
+    inductor is `acc.runtime.compile_random.inductor_eager_random` (random ops on torch's generator)."""
     backend = ctx.settings.get("dynamo_backend", "no")
     if backend in (None, "no"):
         return None
     plugin = _plugin(ctx)
     options = dict(plugin.to_kwargs()) if plugin is not None else {}
     options["backend"] = backend
+    if backend == "inductor" and ctx.settings.get("compile_random", "inductor") == "eager":
+        from acc.runtime.compile_random import inductor_eager_random
+
+        options["backend"] = inductor_eager_random
     return options
 
 
