@@ -96,7 +96,11 @@ def acc_launch_plan(settings: Any) -> sdk.LaunchPlan:
     on_cpu = settings["cpu"] or cuda == 0
     device = "cpu (gloo, DeepSpeed's CPU accelerator)" if on_cpu else f"cuda:<local rank> of {cuda} visible (nccl)"
     stage = settings["zero_stage"] if settings["zero_stage"] is not None else "from the config (default 2)"
-    plan = sdk.elastic_plan(settings, device=device, notes=[f"ZeRO stage {stage}"])
+    buckets = {"auto": "auto (from the model's hidden size, found at prepare; DeepSpeed's sizes where it has none)",
+               "model": "from the model's hidden size, found at prepare", "deepspeed": "DeepSpeed's defaults"}
+    chosen = buckets.get(settings["zero_buckets"], settings["zero_buckets"])
+    plan = sdk.elastic_plan(settings, device=device,
+                            notes=[f"ZeRO stage {stage}, bucket sizes the config leaves out: {chosen}"])
     if on_cpu:
         plan.env["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probing
     return plan

@@ -221,3 +221,8 @@ def test_dry_run_shows_the_deepspeed_plan(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "note: ZeRO stage 3" in proc.stdout and "DS_ACCELERATOR=cpu" in proc.stdout
     assert "offload_optimizer            cpu           flag --offload-optimizer" in proc.stdout
+    # the derived default says what it is derived from
+    assert "bucket sizes the config leaves out: auto (from the model's hidden size, found at prepare" in proc.stdout
+    proc = run([ACC, "launch", *DS, "--zero-buckets", "deepspeed", "--dry-run",
+                str(ROOT / "examples" / "quickstart.py")], tmp_path)
+    assert "bucket sizes the config leaves out: DeepSpeed's defaults" in proc.stdout, proc.stdout
