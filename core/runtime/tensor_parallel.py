@@ -5,8 +5,12 @@ applied with `torch.distributed.tensor.parallel.parallelize_module` (for a backe
 A plan maps module-name patterns (fnmatch: `blocks.*.up`, `*.proj`) to a style: "colwise" (the Linear's output
 features split, its output left sharded on the last dim), "rowwise" (input features split, the output summed to a
 whole one), "sequence_parallel" (a norm or dropout run on a slice of the sequence, dim 1), their `_rep` variants
-("colwise_rep": output gathered whole; "rowwise_rep": input given whole) or a torch `ParallelStyle` object. acc reads
-it from `model.tp_plan` (acc's spelling) or transformers' `model._tp_plan`; a model whose parameters are already
+("colwise_rep": output gathered whole; "rowwise_rep": input given whole) or a torch `ParallelStyle` object.
+transformers' plain styles are read too: "colwise_gather_output" (= colwise_rep), "rowwise_split_input" (=
+rowwise_rep) and "embedding_rowwise" (an Embedding's vocabulary split, the ids given whole); its styles that need
+its own modules (packed_colwise, replicated_with_grad_allreduce, local_*, ...) are refused, naming the way that
+works (`from_pretrained(tp_plan="auto")`). acc reads the plan from `model.tp_plan` (acc's spelling, also
+transformers' full plan) or transformers' `model._tp_plan`; a model whose parameters are already
 DTensors on a `tp` mesh (transformers' `from_pretrained(tp_plan="auto", device_mesh=...)`) is left as it is.
 """
 
@@ -18,6 +22,8 @@ from typing import Any
 from acc.errors import AccError
 
 STYLES = ("colwise", "rowwise", "sequence_parallel", "colwise_rep", "rowwise_rep")
+TRANSFORMERS_STYLES = {"colwise_gather_output": "colwise_rep", "rowwise_split_input": "rowwise_rep",
+                       "embedding_rowwise": "embedding_rowwise"}
 
 
 def tp_plan_of(model: Any) -> dict[str, Any] | None:
@@ -55,10 +61,14 @@ def style(name: Any, where: str) -> Any:
         "sequence_parallel": lambda: SequenceParallel(),
         "colwise_rep": lambda: ColwiseParallel(output_layouts=Replicate()),
         "rowwise_rep": lambda: RowwiseParallel(input_layouts=Replicate()),
+        "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate()),
     }
+    name = TRANSFORMERS_STYLES.get(name, name) if isinstance(name, str) else name
     if name not in table:
-        raise AccError(f"TP plan entry {where!r}: style {name!r} is not one of {', '.join(STYLES)} (or a torch "
-                       "ParallelStyle such as ColwiseParallel(output_layouts=Shard(1)))")
+        raise AccError(f"TP plan entry {where!r}: style {name!r} is not one of {', '.join(STYLES)}, transformers' "
+                       f"{', '.join(TRANSFORMERS_STYLES)} (or a torch ParallelStyle such as "
+                       "ColwiseParallel(output_layouts=Shard(1))); a transformers model whose plan uses its own "
+                       "styles is parallelized by transformers: from_pretrained(..., tp_plan='auto')")
     return table[name]()
 
 

@@ -135,6 +135,13 @@ def test_a_plan_resolves_patterns_to_torch_styles_first_match_winning():
     assert isinstance(resolved["blocks.0.1"], RowwiseParallel)
     given = RowwiseParallel()
     assert resolve(_Mlp(), {"blocks.0.1": given})["blocks.0.1"] is given
+    # transformers' plain style names: the output gathered whole, the input given whole
+    from torch.distributed.tensor import Replicate
+
+    resolved = resolve(_Mlp(), {"blocks.0.0": "colwise_gather_output", "blocks.0.1": "rowwise_split_input",
+                                "blocks.1.*": "embedding_rowwise"})
+    assert isinstance(resolved["blocks.0.0"], ColwiseParallel) and resolved["blocks.0.0"].output_layouts == (Replicate(),)
+    assert isinstance(resolved["blocks.0.1"], RowwiseParallel) and resolved["blocks.0.1"].input_layouts == (Replicate(),)
 
 
 def test_a_plan_pattern_matching_nothing_or_an_unknown_style_is_an_error_saying_what_is_valid():
@@ -145,6 +152,9 @@ def test_a_plan_pattern_matching_nothing_or_an_unknown_style_is_an_error_saying_
         resolve(_Mlp(), {"*.proj": "colwise"})
     with pytest.raises(AccError, match=r"style 'column' is not one of colwise, rowwise, sequence_parallel"):
         resolve(_Mlp(), {"blocks.*.0": "column"})
+    with pytest.raises(AccError, match=r"style 'packed_colwise' .* parallelized by transformers: "
+                                       r"from_pretrained\(\.\.\., tp_plan='auto'\)"):
+        resolve(_Mlp(), {"blocks.*.0": "packed_colwise"})
     model = _Mlp()
     assert tp_plan_of(model) is None
     model._tp_plan = {"blocks.*.0": "colwise"}  # transformers' attribute
