@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.waiting import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "workers" / "chaos.py"
 ACC = str(Path(sys.executable).parent / "acc")
@@ -106,15 +108,10 @@ def leftover_processes(token: str) -> list[int]:
     return found
 
 
-def _wait(predicate, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.005)
-    return False
+def _wait(predicate, proc: subprocess.Popen, out: Path, timeout: float) -> bool:
+    """Whether `predicate` holds within `timeout` s, checked whenever a file in `out` (the event log's directory)
+    changes; False as soon as the run ends first."""
+    return wait_until(predicate, timeout, changes_in=[out], ended=[proc])
 
 
 def reference(work: Path, backend: str, **run) -> Path:
@@ -205,7 +202,7 @@ def _kill_once(proc: subprocess.Popen, out: Path, project: Path, attempt: int, k
         # inside load_state: the victim is in the registered object's load_state_dict (attempt 0 has nothing to
         # load: it is first killed at random so that the next attempt loads)
         if not _wait(lambda: events_of("in-load") and any(e["rank"] == victim_rank for e in events_of("in-load"))
-                     or events_of("start"), proc, 300):
+                     or events_of("start"), proc, out, 300):
             return {**record, "missed": "the run ended first"}
         inside = [e for e in events_of("in-load") if e["rank"] == victim_rank]
         if not inside:
@@ -221,16 +218,16 @@ def _kill_once(proc: subprocess.Popen, out: Path, project: Path, attempt: int, k
             return [e for e in events_of("save") if e["rank"] == victim_rank and e["step"] not in done
                     and any(s["event"] == "saved" and s["time"] < e["time"] for s in read_events(out))]
         if not _wait(lambda: bool(in_save()) and any(e["rank"] == 0 for e in events_of("in-save")
-                                                     if e["step"] == in_save()[0]["step"]), proc, 300):
+                                                     if e["step"] == in_save()[0]["step"]), proc, out, 300):
             return {**record, "missed": "the run ended first"}
         time.sleep(rng.uniform(0, 0.1))
         victim = in_save()[0]
     else:
-        start = _first(lambda: events_of("start"), proc)
+        start = _first(lambda: events_of("start"), proc, out)
         if start is None:
             return {**record, "missed": "the run ended first"}
         at = min(steps - 1, start[0]["step"] + rng.randint(1, 2 * save_every))
-        if not _wait(lambda: any(e["step"] >= at for e in events_of("step")), proc, 300):
+        if not _wait(lambda: any(e["step"] >= at for e in events_of("step")), proc, out, 300):
             return {**record, "missed": "the run ended first"}
         time.sleep(rng.uniform(0, 0.05))
         victims = [e for e in events_of("start") if e["rank"] == victim_rank]
@@ -254,11 +251,11 @@ def _kill_once(proc: subprocess.Popen, out: Path, project: Path, attempt: int, k
     if kind == "load":
         record["inside"] = not any(e["event"] == "loaded" for e in last)
     record["checkpoints_before"] = sorted(before)
-    _first(lambda: [e for e in read_events(out) if e["attempt"] == attempt + 1], proc)  # the next attempt is up
+    _first(lambda: [e for e in read_events(out) if e["attempt"] == attempt + 1], proc, out)  # the next attempt
     return record
 
 
-def _first(find, proc: subprocess.Popen, timeout: float = 300):
+def _first(find, proc: subprocess.Popen, out: Path, timeout: float = 300):
     found = []
-    _wait(lambda: found.extend(find()) or bool(found), proc, timeout)
+    _wait(lambda: found.extend(find()) or bool(found), proc, out, timeout)
     return found or None
