@@ -13,7 +13,10 @@ HF_HOME, from a directory holding only Accelerate's tests/.
     python scripts/accelerate_suite.py --base-python B --acc-python A [--record | --check]
 
 --record writes bench/results/accelerate-suite.{json,md}; --check fails (exit 1) when fewer tests pass on acc than
-the recorded count, naming the recorded ones that no longer pass.
+the recorded count, naming the recorded ones that no longer pass. The baseline run's outcomes are kept in the
+cache, keyed by the source distribution, the baseline venv (its path, unresolved: it holds the pins' hash) and
+BASELINE_RECIPE: --check reuses them (Accelerate's own outcomes do not change while those do not); --record and
+--fresh-baseline run it anew.
 
 With --scripts-python S, Accelerate's distributed test scripts from the same source distribution (test_script,
 test_sync, test_ops, external_deps/test_metrics; rules 1-3) also run on acc with `acc launch`, on one process and
@@ -111,6 +114,33 @@ def run(python: str, where: Path, label: str, timeout: float) -> dict[str, str]:
         kinds = {child.tag for child in case}
         outcomes[test_id] = ("error" if "error" in kinds else "failed" if "failure" in kinds else
                              "skipped" if "skipped" in kinds else "passed")
+    return outcomes
+
+
+BASELINE_RECIPE = 1  # bump when the way the tests are run changes (run()'s command, its environment)
+
+
+def baseline_cache(archive: Path, python: str) -> Path:
+    """Where the baseline's outcomes for this source distribution and baseline venv are kept."""
+    import hashlib
+
+    source = hashlib.sha256(archive.read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{BASELINE_RECIPE}\n{source}\n{Path(python).absolute()}".encode()).hexdigest()[:16]
+    return CACHE / f"accelerate-suite-baseline-{key}.json"
+
+
+def baseline(python: str, archive: Path, work: Path, timeout: float, fresh: bool) -> dict[str, str]:
+    """Accelerate's own outcomes: from the cache unless `fresh` (then measured, and kept for the next run)."""
+    cached = baseline_cache(archive, python)
+    if not fresh and cached.is_file():
+        kept = json.loads(cached.read_text())
+        print(f"accelerate suite: accelerate: {sum(o == 'passed' for o in kept['outcomes'].values())} passed, "
+              f"measured {kept['date']} with this venv and source distribution (kept in {cached}; "
+              "--fresh-baseline measures it again)", file=sys.stderr)
+        return kept["outcomes"]
+    outcomes = run(python, unpack_tests(archive, work / "accelerate", transform=False), "accelerate", timeout)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "outcomes": outcomes}))
     return outcomes
 
 
@@ -241,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="working directory (default: a new one in /tmp)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds each run may take")
     parser.add_argument("--scripts-python", default=None, help="also run Accelerate's test scripts with this python")
+    parser.add_argument("--fresh-baseline", action="store_true",
+                        help="run the tests on Accelerate again even when its outcomes are kept (--record does)")
     args = parser.parse_args(argv)
     archive = sdist(args.base_python)
     import tempfile
@@ -248,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="accelerate-suite-"))
     shutil.rmtree(work / "accelerate", ignore_errors=True)
     shutil.rmtree(work / "acc", ignore_errors=True)
-    base = run(args.base_python, unpack_tests(archive, work / "accelerate", transform=False), "accelerate", args.timeout)
+    base = baseline(args.base_python, archive, work, args.timeout, fresh=args.fresh_baseline or args.record)
     acc = run(args.acc_python, unpack_tests(archive, work / "acc", transform=True), "acc", args.timeout)
     # a test that passes on Accelerate and failed on acc gets one more try: passing then, it counts, listed as flaky
     tried = sorted(t for t, o in acc.items() if o in ("failed", "error") and base.get(t) == "passed")

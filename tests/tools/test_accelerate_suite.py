@@ -79,3 +79,25 @@ def test_a_failed_test_is_tried_once_more_by_its_node_id(tmp_path):
                                                           "tests/test_x.py::test_always_fails"]
     assert suite.rerun(sys.executable, tmp_path, ids, 120) == {ids[0]: "failed", ids[1]: "failed"}  # first try
     assert suite.rerun(sys.executable, tmp_path, ids, 120) == {ids[0]: "passed", ids[1]: "failed"}
+
+
+def test_the_baseline_is_kept_per_source_and_venv_and_measured_again_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "CACHE", tmp_path / "cache")
+    archive = tmp_path / "accelerate-1.15.0.tar.gz"
+    archive.write_bytes(b"sdist")
+    runs = []
+
+    def fake_run(python, where, label, timeout):  # stands in for pytest over Accelerate's tests (the slow part)
+        runs.append(python)
+        return {"tests.test_a::t": "passed", "tests.test_b::t": "failed"}
+
+    monkeypatch.setattr(suite, "run", fake_run)
+    monkeypatch.setattr(suite, "unpack_tests", lambda archive, into, transform: into)
+    first = suite.baseline("/venv-a/bin/python", archive, tmp_path, 60, fresh=False)
+    assert suite.baseline("/venv-a/bin/python", archive, tmp_path, 60, fresh=False) == first
+    assert runs == ["/venv-a/bin/python"]  # the second call read the kept outcomes
+    suite.baseline("/venv-b/bin/python", archive, tmp_path, 60, fresh=False)  # another venv: measured
+    suite.baseline("/venv-a/bin/python", archive, tmp_path, 60, fresh=True)  # asked for: measured again
+    archive.write_bytes(b"another sdist")
+    suite.baseline("/venv-a/bin/python", archive, tmp_path, 60, fresh=False)  # another source: measured
+    assert runs == ["/venv-a/bin/python", "/venv-b/bin/python", "/venv-a/bin/python", "/venv-a/bin/python"]
