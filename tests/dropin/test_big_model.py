@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.dropin.conftest import kept_reference
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 SCRIPT = Path(__file__).parent / "scripts" / "from_pretrained_offload.py"
@@ -32,7 +34,8 @@ def load(python: Path, workdir: Path, budget: str) -> dict:
 def test_from_pretrained_with_disk_offload_gives_the_whole_models_logits(dropin_python, accelerate_python, tmp_path,
                                                                          budget):
     ours = load(dropin_python, tmp_path / "acc", budget)
-    theirs = load(accelerate_python, tmp_path / "accelerate", budget)
+    theirs = kept_reference(accelerate_python, SCRIPT, (budget,),
+                            lambda: load(accelerate_python, tmp_path / "accelerate", budget))
     assert "disk" in ours["device_map"].values() and "cpu" in ours["device_map"].values()
     assert ours["device_map"] == theirs["device_map"]
     print(f"from_pretrained, cpu budget {budget}: max |d logits| acc {ours['max_difference']:.1e}, "

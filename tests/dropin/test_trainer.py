@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.dropin.conftest import kept_reference
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCRIPT = Path(__file__).parent / "scripts" / "trainer_run.py"
@@ -47,7 +49,8 @@ def reference(accelerate_python, tmp_path_factory):
         if key not in runs:
             start = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
             workdir = tmp_path_factory.mktemp(f"accelerate-{nproc}-{resume}")
-            runs[key] = train(accelerate_python, start, workdir, resume, extra)
+            runs[key] = kept_reference(accelerate_python, SCRIPT, (nproc, resume, *extra),
+                                       lambda: train(accelerate_python, start, workdir, resume, extra))
             assert runs[key]["accelerate"] == "1.15.0"
         return runs[key]
 
