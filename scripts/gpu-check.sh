@@ -2,7 +2,8 @@
 # GPU readiness in one command (about 3-5 minutes on one GPU; bounded at 8): `acc check` on CUDA for the backends
 # cpu, ddp, fsdp and deepspeed (one process each) with fp32, bf16 and fp16, each under its own timeout; the suite's
 # CUDA tests (`pytest -m cuda`); the sharded memory rows (peak CUDA memory per rank of fsdp and ZeRO-3 against ddp,
-# bench/workloads/sharded_step.py, 2 processes) when there are 2+ GPUs. Then it prints one table (backend x
+# bench/workloads/sharded_step.py, 2 processes) and context parallel (cp 2 on fsdp against one process,
+# tests/workers/context_parallel.py) when there are 2+ GPUs. Then it prints one table (backend x
 # precision: pass/fail, seconds, the mixed/fp32 step-time ratio acc check measured, the first line of the error) and
 # writes it, with every log, to $ACC_GPU_CHECK_DIR (default: a new /tmp/acc-gpu-check.* directory).
 #
@@ -222,6 +223,37 @@ if [ "$gpus" -ge 2 ]; then
   done
 else
   sharded+=("| sharded_step.py | - | not run | - | - | $gpus GPU here: the sharded memory rows need 2 (one rank per GPU) |")
+fi
+
+# -- context parallel (cp 2 on fsdp, tests/workers/context_parallel.py) against the same script on one process
+if [ "$gpus" -ge 2 ]; then
+  worker="$root/tests/workers/context_parallel.py"
+  log="$dir/context-parallel.log"
+  t0="$(now)"
+  (cd "$root" && timeout -k 10 120 "$python" "$worker" --out "$dir/cp-one" &&
+    timeout -k 10 180 "$acc" launch --output-dir '' --backend fsdp --nproc 2 --parallelism-config-cp-size 2 \
+      "$worker" --out "$dir/cp-two") >"$log" 2>&1
+  rc=$?
+  secs="$(secs "$t0")"
+  if [ "$rc" = 0 ]; then
+    detail="$("$python" - "$dir/cp-one" "$dir/cp-two" <<'PY' 2>>"$log"
+import json, sys, torch
+one, two = sys.argv[1], sys.argv[2]
+a, b = torch.load(f"{one}/weights.pt"), torch.load(f"{two}/weights.pt")
+la, lb = json.load(open(f"{one}/result.json"))["losses"], json.load(open(f"{two}/result.json"))["losses"]
+dw = max(float((a[k] - b[k]).abs().max()) for k in a)
+dl = max(abs(x - y) for x, y in zip(la, lb))
+print(f"{'PASS' if dw <= 1e-4 and dl <= 1e-4 else 'FAIL'} max |dw| {dw:.1e}, max |d loss| {dl:.1e} after 2 SGD steps")
+PY
+)"
+    result="${detail%% *}"; detail="${detail#* }"
+    [ "$result" = PASS ] || { result=FAIL; failed=1; }
+  else
+    result=FAIL; detail="$(first_error "$log")"; failed=1
+  fi
+  sharded+=("| context parallel, 2 GPUs | cp 2 (fsdp) | $result | $secs | - | ${detail:-$(first_error "$log")} |")
+else
+  sharded+=("| context parallel | - | not run | - | - | $gpus GPU here: cp 2 needs 2 (one rank per GPU) |")
 fi
 
 total="$(secs "$start_all")"

@@ -4,7 +4,8 @@ counters (Accelerate's property names), each read from the run context when aske
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator
 
 from acc.compat.plugin_objects import ProfileKwargs
 from acc.contract.enums import DistributedType, FP8BackendType
@@ -72,6 +73,30 @@ class RunViews:
         """Its torch DeviceMesh (named dims with sizes above 1, plus the flattened `dp`, `dp_shard_cp`, `dp_cp`),
         built on the run's process group when first asked; None without a ParallelismConfig or on one process."""
         return self._runtime.device_mesh
+
+    @contextlib.contextmanager
+    def maybe_context_parallel(self, buffers: list[Any] | None = None, buffer_seq_dims: list[int] | None = None,
+                               no_restore_buffers: set[Any] | None = None) -> Iterator[None]:
+        """Accelerate's context-parallel block: inside it, `buffers` (inputs, labels, position ids) are sharded
+        along `buffer_seq_dims` over the mesh's `cp` dim by torch's `context_parallel` (the rotation its cp_handler's
+        cp_comm_strategy names), and restored after it except `no_restore_buffers`. Without cp (cp_size 1, or no
+        ParallelismConfig) it does nothing, saying so once, as Accelerate does; make one per step."""
+        config = self.parallelism_config
+        if config is None or not config.cp_enabled:
+            from acc.runtime.arguments import note_once
+
+            note_once("maybe_context_parallel", "context parallel training is not enabled (no ParallelismConfig "
+                      "with cp_size > 1): maybe_context_parallel has no effect", self.ctx.process_index == 0)
+            yield
+            return
+        from torch.distributed.tensor.experimental import context_parallel
+        from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+        handler = config.cp_handler
+        set_rotate_method(handler.cp_comm_strategy if handler is not None else "allgather")
+        with context_parallel(self.torch_device_mesh["cp"], buffers=buffers, buffer_seq_dims=buffer_seq_dims,
+                              no_restore_buffers=no_restore_buffers):
+            yield
 
     @property
     def fp8_backend(self) -> Any:

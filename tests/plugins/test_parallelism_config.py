@@ -33,6 +33,7 @@ def test_the_device_mesh_is_built_on_the_runs_process_group(tmp_path, backend, d
         assert seen["device_type"] == "cpu" and seen["flattened"] == flattened
         assert seen["dp_sum"] == 3.0  # an all_reduce over the dp submesh's group reached both ranks
         assert seen["same_mesh"] and seen["same_config"]  # AcceleratorState shows the same objects
+        assert seen["cp_block"] == [list(map(float, range(6))), list(map(float, range(6, 12)))]  # no cp: whole
 
 
 @pytest.mark.slow
@@ -93,3 +94,14 @@ def test_the_mesh_is_drawn_rank_by_coordinate_with_the_groups_of_each_dim():
 
     mesh = torch.arange(4).reshape(2, 2)  # torch's layout of init_device_mesh((2, 2)): the same coordinates
     assert mesh[1, 0].item() == 2 and mesh[:, 1].tolist() == [1, 3]
+
+
+def test_maybe_context_parallel_without_cp_leaves_buffers_whole_and_says_so_once(fresh_pm, capsys):
+    import torch
+
+    accelerator = Accelerator(plugin_manager=fresh_pm, cpu=True)
+    ids = torch.arange(6).reshape(1, 6)
+    for _ in range(2):  # one block per step, as Accelerate's nd_parallel.py makes it
+        with accelerator.maybe_context_parallel(buffers=[ids], buffer_seq_dims=[1], no_restore_buffers={ids}):
+            assert ids.tolist() == [[0, 1, 2, 3, 4, 5]]
+    assert capsys.readouterr().err.count("maybe_context_parallel has no effect") <= 1

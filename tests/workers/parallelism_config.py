@@ -43,9 +43,14 @@ def main() -> None:
     mesh = accelerator.torch_device_mesh
     total = torch.tensor([float(accelerator.process_index + 1)])
     dist.all_reduce(total, group=mesh["dp"].get_group())
+    # without a cp dim, Accelerate's context-parallel block leaves the buffers whole (nd_parallel.py calls it anyway)
+    ids = torch.arange(12.0).reshape(2, 6)
+    with accelerator.maybe_context_parallel(buffers=[ids], buffer_seq_dims=[1], no_restore_buffers={ids}):
+        inside = ids.tolist()
     dump(args.out, accelerator.process_index, {
         "names": list(mesh.mesh_dim_names), "shape": list(mesh.mesh.shape), "coordinate": mesh.get_coordinate(),
         "dp_size": mesh["dp"].size(), "dp_sum": total.item(), "device_type": mesh.device_type,
+        "cp_block": inside,
         "same_mesh": AcceleratorState().device_mesh is mesh,
         "same_config": AcceleratorState().parallelism_config is accelerator.parallelism_config,
         "flattened": {name: mesh[name].size() for name in ("dp", "dp_shard_cp", "dp_cp")

@@ -113,7 +113,7 @@ def acc_capabilities(settings: Any) -> sdk.Capabilities:
     return sdk.Capabilities(sync="every_step", state="sharded", reshard=True,
                             distributed_type=sdk.DistributedType.FSDP, mixed_precision=("no", "bf16"),
                             compile="backend", notes=("fp16 would need a sharded gradient scaler: use bf16",),
-                            mesh_dims=("dp_replicate", "dp_shard", "tp"))
+                            mesh_dims=("dp_replicate", "dp_shard", "tp", "cp"))
 
 
 @sdk.hookimpl
@@ -148,8 +148,9 @@ def acc_teardown(ctx: sdk.RunContext) -> None:
 
 def _mesh(ctx: sdk.RunContext) -> Any:
     """The mesh fully_shard shards over: the run mesh's dp dims (dp_shard, or dp_replicate x dp_shard: HSDP) where
-    the script gave a ParallelismConfig, else the world (machines x processes under hybrid_shard); None when the
-    ParallelismConfig has no dp dim above 1 (tensor parallel alone: nothing to shard over)."""
+    the script gave a ParallelismConfig (dp_shard x cp flattened, `dp_shard_cp`, when cp is above 1), else the world
+    (machines x processes under hybrid_shard); None when the ParallelismConfig has no dp or cp dim above 1 (tensor
+    parallel alone: nothing to shard over)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     if "mesh" in ctx.backend_state:
@@ -160,10 +161,15 @@ def _mesh(ctx: sdk.RunContext) -> Any:
         if ctx.settings["fsdp_strategy"] == "hybrid_shard":
             raise sdk.AccError("fsdp_strategy 'hybrid_shard' and a ParallelismConfig both say how to replicate: give "
                                "ParallelismConfig(dp_replicate_size=..., dp_shard_size=...) alone (HSDP)")
-        if "dp_replicate" in names and "dp_shard" not in names:
+        if "dp_replicate" in names and "dp_shard" not in names and "cp" not in names:
             raise sdk.AccError("ParallelismConfig(dp_replicate_size>1) with dp_shard_size 1: the fsdp backend shards; "
                                "give dp_shard_size > 1 too (HSDP), or run pure replication on the ddp backend")
-        dp = tuple(d for d in ("dp_replicate", "dp_shard") if d in names)
+        if "cp" in names:
+            # the ranks of a cp group hold different parts of each sequence and their gradients are averaged too:
+            # fully_shard shards over dp_shard x cp flattened (Accelerate's fsdp_dim_names)
+            dp: tuple[str, ...] = ("dp_replicate", "dp_shard_cp") if "dp_replicate" in names else ("dp_shard_cp",)
+        else:
+            dp = tuple(d for d in ("dp_replicate", "dp_shard") if d in names)
         mesh = run[dp] if dp else None
     else:
         world, kind = ctx.num_processes, ctx.device.type
