@@ -298,7 +298,8 @@ def launch(ctx: click.Context, dry_run: bool, is_module: bool, no_python: bool, 
     if not (dry_run or no_python) and assembly.settings["start_method"] != "spawn" and plan.engine != "pjrt":
         from acc.launcher import worker_memory
 
-        worker_memory.reexec_for(assembly.settings["worker_memory"])  # forked workers inherit this allocator
+        # forked workers inherit this allocator
+        worker_memory.reexec_for(assembly.settings["worker_memory"], assembly.settings["huge_pages"])
     if assembly.detection_line and not dry_run:
         click.echo(f"acc: {assembly.detection_line}", err=True)
     if no_python and plan.engine == "pjrt":

@@ -198,7 +198,7 @@ def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, 
 
     env = dict(os.environ if base is None else base)
     env.update(environment_additions(plan, base))
-    env.update(worker_memory.environment(assembly.settings["worker_memory"], env))
+    env.update(worker_memory.environment(assembly.settings["worker_memory"], env, assembly.settings["huge_pages"]))
     handoff.write(env, assembly.settings)
     return env
 

@@ -15,8 +15,16 @@ from tests.plugins.ddp.test_ddp import acc_launch
 DDP2 = ["--backend", "ddp", "--nproc", "2"]
 
 
+THP = worker_memory.huge_pages_mode() in ("always", "madvise")  # the kernel offers transparent huge pages
+HUGE = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if THP else {}
+
+
 def test_release_sets_both_knobs_and_keeps_what_the_user_set():
-    assert worker_memory.environment("keep", {}) == {}
+    assert worker_memory.environment("keep", {}, "off") == {}
+    assert worker_memory.environment("keep", {}) == HUGE  # huge_pages auto, the default
+    assert worker_memory.environment("release", {}, "off") == {"MALLOC_MMAP_THRESHOLD_": "65536"}
+    if not THP:
+        pytest.skip(f"the kernel offers no transparent huge pages (mode {worker_memory.huge_pages_mode()})")
     assert worker_memory.environment("release", {}) == {"MALLOC_MMAP_THRESHOLD_": "65536",
                                                          "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
     mine = {"MALLOC_MMAP_THRESHOLD_": "1048576", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
@@ -38,16 +46,21 @@ def test_release_returns_freed_tensors_and_uses_huge_pages(tmp_path, start):
         assert r["held_kb"] > 90 * 1024, r  # 96 MiB were touched
         assert r["released_kb"] > 0.9 * r["held_kb"], (rank, r)  # and left the process when freed
         if worker_memory.huge_pages_mode() in ("always", "madvise"):
-            assert r["huge_kb"] >= 32 * 1024, (rank, r)  # most of the 64 MiB tensor in 2 MiB pages
+            assert r["huge_kb"] >= 64 * 1024, (rank, r)  # most of the 128 MiB tensor in 2 MiB pages
 
 
-def test_keep_leaves_the_allocator_alone(tmp_path):
-    out = tmp_path / "keep"
-    acc_launch(tmp_path, DDP2, "worker_memory.py", ["--out", str(out)])
+@pytest.mark.parametrize("huge", ["auto", "off"])
+def test_keep_leaves_the_threshold_alone_and_huge_pages_follow_their_setting(tmp_path, huge):
+    out = tmp_path / f"keep-{huge}"
+    acc_launch(tmp_path, [*DDP2, "--huge-pages", huge], "worker_memory.py", ["--out", str(out)])
     for r in read_rank_results(out).values():
-        assert r["env"] == {"MALLOC_MMAP_THRESHOLD_": None, "GLIBC_TUNABLES": None}
+        tunables = HUGE.get("GLIBC_TUNABLES") if huge == "auto" else None
+        assert r["env"] == {"MALLOC_MMAP_THRESHOLD_": None, "GLIBC_TUNABLES": tunables}, r
         if worker_memory.huge_pages_mode() == "madvise":
-            assert r["huge_kb"] == 0  # nothing asked for huge pages
+            if huge == "off":
+                assert r["huge_kb"] == 0, r  # nothing asked for huge pages
+            else:
+                assert r["huge_kb"] >= 64 * 1024, r  # most of the 128 MiB tensor in 2 MiB pages
 
 
 def test_acc_launch_from_python_forks_workers_that_release_and_says_what_they_miss(tmp_path):

@@ -1,5 +1,5 @@
 """Reports how this worker's allocator treats freed tensors: RSS before, with and after 96 MiB of 1 MiB tensors
-(touched, then freed while a small tensor allocated after them lives), transparent huge pages behind a touched 64 MiB tensor, and the allocator variables it
+(touched, then freed while a small tensor allocated after them lives), transparent huge pages behind a touched 128 MiB tensor, and the allocator variables it
 started with. Writes OUT/rank<N>.json; `measure()` is what acc.launch runs."""
 
 import json
@@ -28,7 +28,7 @@ def measure() -> dict:
     after = field("/proc/self/status", "VmRSS")
     del pin
     huge_before = field("/proc/self/smaps_rollup", "AnonHugePages")
-    big = torch.ones(1 << 24)  # 64 MiB
+    big = torch.ones(1 << 25)  # 128 MiB: more than the 96 MiB freed above, so no freed block can hold it
     huge_with = field("/proc/self/smaps_rollup", "AnonHugePages")
     del big
     return {"held_kb": held - before, "released_kb": held - after, "huge_kb": huge_with - huge_before,
