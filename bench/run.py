@@ -1,8 +1,10 @@
 """Run the benchmarks and write bench/results/results.{json,md}.
 
     .venv/bin/python bench/run.py [--repeats N] [--only NAME ... [--merge]]
+    .venv/bin/python bench/run.py --quick      # issue 42's table: sharded defaults and compile, under 10 minutes
 
-Every figure is a ratio against a baseline measured in the same run, alternating the two.
+Every figure is a ratio against a baseline measured in the same run, alternating the two. --quick writes
+bench/results/quick.{json,md} (the docs' benchmarks page shows both tables).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from common import ROOT, Result, machine  # noqa: E402
 # name -> repeats (alternating pairs) that fit the whole run in well under 15 minutes on 2 cores
 BENCHMARKS = {"cli_startup": 5, "launch_ready": 5, "launch_python": 5, "ddp_step": 7, "gather": 3, "precision_step": 3,
               "compile_step": 5, "checkpoint_io": 3, "sharded": 1, "sharded_floor": 3,
-              "scaling": 1, "mesh": 1, "big_model": 3, "from_pretrained": 3, "tracking_log": 5}
+              "scaling": 1, "mesh": 1, "big_model": 3, "from_pretrained": 3, "tracking_log": 5, "defaults": 3}
+# --quick: the goals of the sharded-defaults issue, each row a ratio against its baseline of the same run
+QUICK = {"defaults": 3, "compile_step": 5}
 
 
 def main() -> None:
@@ -30,16 +34,22 @@ def main() -> None:
     parser.add_argument("--merge", action="store_true",
                         help="with --only: replace those benchmarks' rows in the existing results, keep the others "
                              "(the table then says which rows were measured later)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only {', '.join(QUICK)} (sharded training with the defaults, torch.compile on the "
+                             "CPU), written to bench/results/quick.{json,md}")
     args = parser.parse_args()
     if args.merge and not args.only:
         parser.error("--merge replaces the rows of the benchmarks --only names; give --only NAME ...")
+    if args.quick and (args.only or args.merge):
+        parser.error("--quick runs its own set of benchmarks; leave out --only and --merge")
     out = ROOT / "bench" / "results"
     kept, kept_at, kept_failures, info = _kept(out / "results.json", args.only) if args.merge else ([], None, [], {})
     rows, failures, started = [], [], time.time()
-    for name in args.only or BENCHMARKS:
+    plan = QUICK if args.quick else {name: BENCHMARKS[name] for name in args.only or BENCHMARKS}
+    for name, repeats in plan.items():
         print(f"== {name}", flush=True)
         try:
-            measured = importlib.import_module(name).run(args.repeats or BENCHMARKS[name])
+            measured = importlib.import_module(name).run(args.repeats or repeats)
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not lose the others' figures
             print(f"   FAILED: {type(exc).__name__}: {str(exc)[-2000:]}", flush=True)
             failures.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -57,29 +67,30 @@ def main() -> None:
         rows, failures = kept[:at] + rows + kept[at:], kept_failures + failures
     else:
         info = now
-    print(write(out, info, rows, failures))
+    print(write(out, info, rows, failures, "quick" if args.quick else "results"))
     if failures:
         raise SystemExit(1)
 
 
-def write(out: Path, info: dict, rows: list[dict], failures: list[str]) -> str:
-    """Write results.json and results.md under `out`; returns the table."""
+def write(out: Path, info: dict, rows: list[dict], failures: list[str], stem: str = "results") -> str:
+    """Write <stem>.json and <stem>.md under `out`; returns the table."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"machine": info, "results": rows, "failures": failures},
+    (out / f"{stem}.json").write_text(json.dumps({"machine": info, "results": rows, "failures": failures},
                                                  indent=2) + "\n")
     lines = [f"Measured {info['date']} on {info['machine']}; python {info['python']}, torch {info['torch']}, "
              f"acc {info['acc']}; whole run {info['wall_s']:.0f} s. Each value is the median of the runs shown "
              "(contender and baseline alternating); ratio = contender / baseline."]
     lines += [f"Rerun alone later ({m['merged_at']}, {m['wall_s']:.0f} s), rows of: {', '.join(m['benchmarks'])}."
               for m in info.get("merged", [])]
-    lines += ["",
-             "| benchmark | contender | baseline | contender | baseline | runs | ratio |",
-             "|---|---|---|---|---|---|---|"]
+    notes = stem == "quick"  # a short table: each row also says its workload
+    head = "| benchmark | contender | baseline | contender | baseline | runs | ratio |"
+    lines += ["", head + (" workload |" if notes else ""), "|---|---|---|---|---|---|---|" + ("---|" if notes else "")]
     for r in (Result(**{k: v for k, v in row.items() if k not in ("ratio", "bench")}) for row in rows):
         lines.append(f"| {r.benchmark} | {r.contender} | {r.baseline} | {r.value:.4g} {r.unit} | "
-                     f"{r.baseline_value:.4g} {r.unit} | {r.repeats} | **{r.ratio:.2f}** |")
+                     f"{r.baseline_value:.4g} {r.unit} | {r.repeats} | **{r.ratio:.2f}** |"
+                     + (f" {r.note} |" if notes else ""))
     lines += [f"\nFAILED {f}" for f in failures]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     return "\n".join(lines)
 
 

@@ -23,6 +23,12 @@ def rss_mb(field: str) -> float:
     return float("nan")
 
 
+def minor_faults() -> int:
+    """Page faults this process took that needed no disk read (fresh pages included), from /proc/self/stat."""
+    with open("/proc/self/stat") as fp:
+        return int(fp.read().rsplit(")", 1)[1].split()[7])
+
+
 def main() -> None:
     accelerator = Accelerator()
     torch.manual_seed(0)
@@ -38,19 +44,21 @@ def main() -> None:
         if i == WARMUP:
             accelerator.wait_for_everyone()
             start = time.perf_counter()
+            faults = minor_faults()
         loss = model(x).pow(2).mean()
         accelerator.backward(loss)
         opt.step()
         opt.zero_grad()
     accelerator.wait_for_everyone()
     per_step = (time.perf_counter() - start) / STEPS
+    faults = accelerator.gather_object([(minor_faults() - faults) / STEPS])
     cuda = accelerator.device.type == "cuda"
     peak_cuda = accelerator.gather_object([torch.cuda.max_memory_allocated(accelerator.device) / 1e6 if cuda else 0.0])
     peaks = accelerator.gather_object([rss_mb("VmHWM")])
     ends = accelerator.gather_object([rss_mb("VmRSS")])
     if accelerator.is_main_process:
         print("BENCH " + json.dumps({"per_step_s": per_step, "peak_rss_mb": max(peaks), "end_rss_mb": max(ends),
-                                     "built_rss_mb": max(built),
+                                     "built_rss_mb": max(built), "minor_faults_per_step": max(faults),
                                      "params_mb": params_mb,
                                      **({"peak_cuda_mb": max(peak_cuda)} if cuda else {})}))
     accelerator.end_training()

@@ -5,6 +5,7 @@ A page asks for generated content with a marker line, replaced when the page is 
     <!-- acc:generate settings-reference -->   every setting of the kernel and of each installed first-party plugin
     <!-- acc:generate kernel-settings -->      the kernel's settings, compact (concepts/settings.md)
     <!-- acc:generate benchmarks -->           bench/results/results.md, the table ./scripts/bench.sh writes
+    <!-- acc:generate benchmarks-quick -->     bench/results/quick.md, the table ./scripts/bench.sh --quick writes
 
 The settings come from the settings registry, as `acc launch` builds it: `acc.assembly.plugins.collect_settings` of a
 plugin manager from `build_plugin_manager(backend, plugins)`, one manager per first-party backend and cross-cutting
@@ -225,11 +226,12 @@ def kernel_settings(root: Path = ROOT) -> str:
 # -------------------------------------------------------------------------------------------------- benchmarks
 
 
-def benchmarks(root: Path = ROOT) -> str:
-    """bench/results/results.md as ./scripts/bench.sh wrote it (its headings, if any, demoted below the page's)."""
-    path = root / "bench" / "results" / "results.md"
+def benchmarks(root: Path = ROOT, stem: str = "results") -> str:
+    """bench/results/<stem>.md as ./scripts/bench.sh wrote it (its headings, if any, demoted below the page's)."""
+    path = root / "bench" / "results" / f"{stem}.md"
     if not path.is_file():
-        raise PluginError(f"{path} is missing: run ./scripts/bench.sh, or restore it")
+        command = "./scripts/bench.sh" + (" --quick" if stem == "quick" else "")
+        raise PluginError(f"{path} is missing: run {command}, or restore it")
     text = path.read_text()
     if "|---" not in text:
         raise PluginError(f"{path} holds no table")
@@ -242,6 +244,7 @@ GENERATORS = {
     "settings-reference": settings_reference,
     "kernel-settings": kernel_settings,
     "benchmarks": benchmarks,
+    "benchmarks-quick": lambda root: benchmarks(root, "quick"),
 }
 
 

@@ -1,0 +1,81 @@
+"""Where a step's time goes: the sharded bench model (8 x Linear(2500, 2500), AdamW, built with init_module) on the
+launched backend, 1 warm-up step, then 3 steps under torch.profiler on every rank. Each operator's own time (not its
+children's) is put in one category; what the operators do not account for is Python and waiting. Prints one BENCH
+line on rank 0: seconds per step by category, the largest over ranks, and the step's wall time.
+"""
+
+import json
+import time
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+from acc import Accelerator
+
+WARMUP, STEPS, WIDTH, LAYERS = 1, 3, 2500, 8
+MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+COPIES = {"aten::copy_", "aten::cat", "aten::_chunk_cat", "aten::chunk_cat", "aten::clone", "aten::_to_copy",
+          "aten::split_with_sizes_copy", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat", "aten::index_select",
+          "aten::stack"}
+FILLS = {"aten::zero_", "aten::fill_", "aten::zeros", "aten::zeros_like", "aten::empty", "aten::empty_like",
+         "aten::empty_strided", "aten::resize_", "aten::new_empty", "aten::new_zeros"}
+
+
+def category(name: str) -> str | None:
+    """The category of an operator's own time (None: a region, whose time is its children's)."""
+    if name in MATMUL:
+        return "matmul"
+    if name in COPIES:
+        return "copies"
+    if name in FILLS:
+        return "allocation and fills"
+    if name.startswith(("c10d::", "gloo:", "record_param_comms", "nccl:")) or "all_gather" in name \
+            or "reduce_scatter" in name or "all_reduce" in name or name in ("aten::wait", "c10d::wait"):
+        return "collectives"
+    if name.startswith("aten::"):
+        return "other operators (elementwise, optimizer math)"
+    return None
+
+
+def main() -> None:
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    with accelerator.init_module():
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.utils.data.TensorDataset(torch.randn(8 * (WARMUP + STEPS) * accelerator.num_processes, WIDTH))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    batches = [x for (x,) in loader]
+
+    def step(x: torch.Tensor) -> None:
+        loss = model(x).pow(2).mean()
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+
+    for x in batches[:WARMUP]:
+        step(x)
+    accelerator.wait_for_everyone()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for x in batches[WARMUP:]:
+            step(x)
+        wall = (time.perf_counter() - start) / STEPS
+    seconds: dict[str, float] = {}
+    for event in prof.key_averages():
+        kind = category(event.key)
+        if kind is not None:
+            seconds[kind] = seconds.get(kind, 0.0) + event.self_cpu_time_total / 1e6 / STEPS
+    # the main thread's operators; gloo's own threads run collectives beside it, so the categories may overlap
+    seconds["python and waiting"] = max(0.0, wall - sum(seconds.values()))
+    everyone = accelerator.gather_object([{"wall": wall, **seconds}])
+    if accelerator.is_main_process:
+        keys = sorted({k for ranks in everyone for k in ranks})
+        print("BENCH " + json.dumps({k: max(r.get(k, 0.0) for r in everyone) for k in keys}))
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
