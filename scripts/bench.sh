@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The benchmarks: `./scripts/bench.sh [--repeats N] [--only NAME ...]` writes bench/results/results.{md,json}.
+# The benchmarks: `./scripts/bench.sh [--repeats N] [--only NAME ...]` writes bench/results/results.{md,json};
+# `./scripts/bench.sh --quick` (under 10 minutes) the sharded-defaults and compile rows, to bench/results/quick.{md,json}.
 # The peers acc is compared with (Hugging Face Accelerate, Lightning Fabric) and matplotlib (for the scaling
 # plot) go into .venv-bench only: a venv that sees .venv's packages (acc, torch, plugins) and adds its own, so
 # they never become acc dependencies.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/bootstrap.sh"
+if [ "${1:-}" = "--quick" ]; then  # acc's own rows only: no peers to install
+  cd "$root"
+  exec "$root/.venv/bin/python" bench/run.py "$@"
+fi
 bench="$root/.venv-bench"
 stamp="$bench/.acc-bench"
 want="accelerate lightning matplotlib"
