@@ -182,6 +182,38 @@ def wait_for_paths(paths: Iterable[str | os.PathLike[str]], timeout: float, *, e
                       ended=ended)
 
 
+def wait_for_text(paths: Iterable[str | os.PathLike[str]], timeout: float, *, ended: Iterable[Any] = (),
+                  complete: Callable[[str], bool] = lambda text: bool(text.strip())) -> bool:
+    """Whether every one of `paths` holds text that `complete` accepts (default: any) within `timeout` seconds: a
+    file exists before its writer has written into it, so a reader that waited for the path alone can read ''.
+    False as soon as one of `ended` ends first (see wait_until)."""
+    paths = [Path(p) for p in paths]
+
+    def written() -> bool:
+        try:
+            return all(complete(p.read_text()) for p in paths)
+        except (OSError, ValueError):
+            return False
+
+    return wait_until(written, timeout, changes_in={p.parent for p in paths}, ended=ended)
+
+
+def is_pid(text: str) -> bool:
+    """Whether `text` is a process id, as a worker writes it (for wait_for_text)."""
+    return text.strip().isdigit()
+
+
+def is_json(text: str) -> bool:
+    """Whether `text` is a whole JSON document (for wait_for_text)."""
+    import json
+
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def wait_for_exit(pids: Iterable[int], timeout: float) -> list[int]:
     """Wait until every process of `pids` has ended (a zombie has), at most `timeout` seconds: the ones still
     running then."""

@@ -121,3 +121,23 @@ def test_without_inotify_or_pidfd_the_waits_poll_and_say_the_same(tmp_path, monk
     assert not waiting.wait_for_paths([tmp_path / "never"], timeout=LONG, ended=[proc.pid])
     assert waiting.wait_for_exit([proc.pid], timeout=LONG) == [] and time.monotonic() - started < QUICK
     proc.wait()
+
+
+def test_wait_for_text_waits_past_an_empty_file_for_what_its_writer_writes(tmp_path):
+    from tests.waiting import is_json, is_pid, wait_for_text
+
+    pid, record = tmp_path / "pid0", tmp_path / "rank0.json"
+    pid.touch()  # created, nothing written yet: what a reader that waited for the path alone would read
+    record.write_text('{"step": ')  # half a JSON document
+
+    def writer():
+        time.sleep(0.2)
+        pid.write_text("1234\n")
+        record.write_text('{"step": 3}')
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert not wait_for_text([pid], 0.05, complete=is_pid)  # still empty
+    assert wait_for_text([pid], 10, complete=is_pid) and wait_for_text([record], 10, complete=is_json)
+    thread.join()
+    assert pid.read_text().strip() == "1234"

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ACC, WORKERS, clean_env, read_rank_results
 from tests.integration.chaos import leftover_processes
-from tests.waiting import read_until, wait_for_exit, wait_for_paths
+from tests.waiting import is_json, read_until, wait_for_exit, wait_for_text
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +121,8 @@ def test_a_machine_lost_mid_run_stops_the_other_within_15_s(tmp_path, victim, mo
     try:
         wait_for_line(procs[victim], "acc launch: machine")
         if mode != "early":
-            assert wait_for_paths([out / f"rank{r}.json" for r in range(4)], timeout=60, ended=procs.values())
+            assert wait_for_text([out / f"rank{r}.json" for r in range(4)], timeout=60, ended=procs.values(),
+                                 complete=is_json)
         workers = [r["pid"] for r in read_rank_results(out).values()] if out.exists() else []
         if mode != "early":
             time.sleep(0.5)  # on purpose: the loss comes mid-run, the workers idle (sleep) or in collectives (loop)

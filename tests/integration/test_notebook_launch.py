@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
-from tests.waiting import wait_for_paths
+from tests.waiting import is_pid, wait_for_text
 
 pytestmark = pytest.mark.slow
 
@@ -124,13 +124,14 @@ def _state(pid: int) -> str | None:
 
 
 async def _pids_written(out: Path, cell: asyncio.Future, timeout: float = 120) -> bool:
-    """Whether both workers wrote OUT/pid<rank> before the cell ended or the timeout passed (the wait runs in a
-    thread, on inotify; a pipe written when the cell ends first ends it)."""
+    """Whether both workers wrote their pid to OUT/pid<rank> before the cell ended or the timeout passed (the wait
+    runs in a thread, on inotify; a pipe written when the cell ends first ends it). A file exists before its
+    writer wrote into it: the wait is for its text."""
     stop_r, stop_w = os.pipe()
     try:
         with open(stop_r, "rb", buffering=0, closefd=False) as stop:
-            waiting = asyncio.ensure_future(asyncio.to_thread(wait_for_paths, [out / "pid0", out / "pid1"], timeout,
-                                                              ended=[stop]))
+            waiting = asyncio.ensure_future(asyncio.to_thread(wait_for_text, [out / "pid0", out / "pid1"], timeout,
+                                                              ended=[stop], complete=is_pid))
             await asyncio.wait({waiting, cell}, return_when=asyncio.FIRST_COMPLETED)
             os.write(stop_w, b".")  # the cell ended first (or the wait is over anyway)
             return await waiting

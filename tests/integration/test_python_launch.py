@@ -17,7 +17,7 @@ import pytest
 
 import acc
 from tests.conftest import ROOT, WORKERS, clean_env
-from tests.waiting import wait_for_exit, wait_for_paths
+from tests.waiting import is_pid, wait_for_exit, wait_for_text
 from tests.workers import launch_fn
 
 pytestmark = pytest.mark.slow
@@ -318,7 +318,7 @@ def _interruptible_launch(tmp_path):
     process, the workers' pids)."""
     proc = _script("interrupt", tmp_path, start_new_session=True)
     out = tmp_path / "out-interrupt"
-    if not wait_for_paths([out / "pid0", out / "pid1"], timeout=90, ended=[proc]):
+    if not wait_for_text([out / "pid0", out / "pid1"], timeout=90, ended=[proc], complete=is_pid):
         proc.kill()
         pytest.fail(f"the workers never wrote their pids: {proc.communicate()}")
     return proc, [int((out / f"pid{r}").read_text()) for r in (0, 1)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ACC, ROOT, WORKERS, clean_env, read_rank_results, run
-from tests.waiting import read_until, wait_for_paths
+from tests.waiting import is_pid, read_until, wait_for_text
 
 pytestmark = pytest.mark.slow
 DDP2 = ["--backend", "ddp", "--nproc", "2"]
@@ -64,7 +64,7 @@ def test_a_killed_rank_is_named_with_its_signal_and_log_tail(tmp_path):
 def test_sigint_to_the_launcher_stops_every_worker(tmp_path):
     proc = misbehave(tmp_path, "run", "--steps", "100000", start_new_session=True)
     pids = tmp_path / "out-run"
-    if not wait_for_paths([pids / "pid0", pids / "pid1"], timeout=60, ended=[proc]):
+    if not wait_for_text([pids / "pid0", pids / "pid1"], timeout=60, ended=[proc], complete=is_pid):
         proc.kill()
         pytest.fail(f"the workers never wrote their pids: {proc.communicate()}")
     workers = [int((pids / f"pid{r}").read_text()) for r in (0, 1)]
