@@ -2,17 +2,16 @@
 per-step time and the largest per-rank peak RSS (VmHWM, model construction included) as one BENCH line on rank 0.
 `--init-module`: the model is built inside `accelerator.init_module()` (sharded as built under fsdp and ZeRO-3)."""
 
-import contextlib
 import json
 import sys
 import time
 
 import torch
-from torch import nn
+from sharded_common import prepared, step
 
 from acc import Accelerator
 
-WARMUP, STEPS, WIDTH, LAYERS = 1, 4, 2500, 8
+WARMUP, STEPS = 1, 4
 
 
 def rss_mb(field: str) -> float:
@@ -31,24 +30,16 @@ def minor_faults() -> int:
 
 def main() -> None:
     accelerator = Accelerator()
-    torch.manual_seed(0)
-    with accelerator.init_module() if "--init-module" in sys.argv[1:] else contextlib.nullcontext():
-        model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
+    model, opt, loader = prepared(accelerator, WARMUP + STEPS, init_module="--init-module" in sys.argv[1:])
+    # the whole model's size on every backend: a DTensor's numel and ZeRO-3's ds_numel are the unsharded ones
     params_mb = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()) * 4 / 1e6
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.utils.data.TensorDataset(torch.randn(8 * (WARMUP + STEPS) * accelerator.num_processes, WIDTH))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)  # prepared with the model: deepspeed takes its batch size
-    model, opt, loader = accelerator.prepare(model, opt, loader)
     built = accelerator.gather_object([rss_mb("VmHWM")])  # the peak of building and preparing the model
     for i, (x,) in enumerate(loader):
         if i == WARMUP:
             accelerator.wait_for_everyone()
             start = time.perf_counter()
             faults = minor_faults()
-        loss = model(x).pow(2).mean()
-        accelerator.backward(loss)
-        opt.step()
-        opt.zero_grad()
+        step(accelerator, model, opt, x)
     accelerator.wait_for_everyone()
     per_step = (time.perf_counter() - start) / STEPS
     faults = accelerator.gather_object([(minor_faults() - faults) / STEPS])

@@ -7,13 +7,12 @@ line on rank 0: seconds per step by category, the largest over ranks, and the st
 import json
 import time
 
-import torch
-from torch import nn
+from sharded_common import prepared, step
 from torch.profiler import ProfilerActivity, profile
 
 from acc import Accelerator
 
-WARMUP, STEPS, WIDTH, LAYERS = 1, 3, 2500, 8
+WARMUP, STEPS = 1, 3
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
 COPIES = {"aten::copy_", "aten::cat", "aten::_chunk_cat", "aten::chunk_cat", "aten::clone", "aten::_to_copy",
           "aten::split_with_sizes_copy", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat", "aten::index_select",
@@ -40,28 +39,15 @@ def category(name: str) -> str | None:
 
 def main() -> None:
     accelerator = Accelerator()
-    torch.manual_seed(0)
-    with accelerator.init_module():
-        model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.utils.data.TensorDataset(torch.randn(8 * (WARMUP + STEPS) * accelerator.num_processes, WIDTH))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)
-    model, opt, loader = accelerator.prepare(model, opt, loader)
+    model, opt, loader = prepared(accelerator, WARMUP + STEPS)
     batches = [x for (x,) in loader]
-
-    def step(x: torch.Tensor) -> None:
-        loss = model(x).pow(2).mean()
-        accelerator.backward(loss)
-        opt.step()
-        opt.zero_grad()
-
     for x in batches[:WARMUP]:
-        step(x)
+        step(accelerator, model, opt, x)
     accelerator.wait_for_everyone()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         for x in batches[WARMUP:]:
-            step(x)
+            step(accelerator, model, opt, x)
         wall = (time.perf_counter() - start) / STEPS
     seconds: dict[str, float] = {}
     for event in prof.key_averages():
