@@ -174,7 +174,8 @@ def loop_semantics_settings() -> list[Setting]:
                 "None", ("--clip-on-micro-steps",), presets=_preset(True, False)),
         Setting("compile_random", str, "inductor", "where a model compiled with inductor draws its random numbers "
                 "(dropout's masks): inductor (its own generator, Accelerate's; on the CPU one Philox draw per element) "
-                "or eager (torch's generator: the uncompiled model's masks exactly, and a faster step on the CPU)",
+                "or eager (torch's generator: the uncompiled model's masks exactly; on the CPU a transformer block's step "
+                "was 1.05x eager's against inductor's 1.45x in a plain script, 0.98x inductor's under acc launch)",
                 ("--compile-random",), choices=("inductor", "eager"), presets=_preset("inductor", "eager")),
         Setting("fp16_on_cpu", bool, False, "mixed_precision fp16 on the CPU runs float16 autocast with a gradient "
                 "scaler; false: float32, as Accelerate trains there", ("--fp16-on-cpu",), presets=_preset(False, True)),
