@@ -150,8 +150,8 @@ def loop_semantics_settings() -> list[Setting]:
     return [
         Setting("semantics", str, "accelerate", "training-loop semantics: accelerate (a script written for Hugging "
                 "Face Accelerate trains identically) or acc (exact resume, seeded shuffling, one scheduler step per "
-                "optimizer step, short last batch, no clipping on accumulation micro-steps); the settings below "
-                "default from it", ("--semantics",), choices=SEMANTICS),
+                "optimizer step, short last batch, no clipping on accumulation micro-steps, an uninstalled tracker an "
+                "error); the settings below default from it", ("--semantics",), choices=SEMANTICS),
         Setting("use_seedable_sampler", bool, False, "shuffle epoch e with data_seed + e (the same order on any number "
                 "of processes, nothing exchanged) instead of rank 0's generator state sent to every rank",
                 ("--use-seedable-sampler",), presets=_preset(False, True)),
@@ -177,6 +177,10 @@ def loop_semantics_settings() -> list[Setting]:
                 "or eager (torch's generator: the uncompiled model's masks exactly; on the CPU a transformer block's step "
                 "was 1.05x eager's against inductor's 1.45x in a plain script, 0.98x inductor's under acc launch)",
                 ("--compile-random",), choices=("inductor", "eager"), presets=_preset("inductor", "eager")),
+        Setting("missing_tracker", str, "skip", "a tracker log_with names (one Accelerate knows: wandb, "
+                "tensorboard, ...) whose package is not installed: skip (left out, said once at init_trackers; "
+                "Accelerate's) or error (a TrackerError when the Accelerator is made)", ("--missing-tracker",),
+                choices=("skip", "error"), presets=_preset("skip", "error")),
         Setting("fp16_on_cpu", bool, False, "mixed_precision fp16 on the CPU runs float16 autocast with a gradient "
                 "scaler; false: float32, as Accelerate trains there", ("--fp16-on-cpu",), presets=_preset(False, True)),
     ]

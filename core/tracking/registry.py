@@ -161,10 +161,16 @@ def log_with_items(log_with: Any) -> list:
     return out
 
 
-def choose(log_with: Any, logging_dir: Any, where: str = "log_with") -> tuple[list, list[str], dict[str, type]]:
+def choose(log_with: Any, logging_dir: Any, where: str = "log_with",
+           missing: str = "skip") -> tuple[list, list[str], dict[str, type]]:
     """The trackers `log_with` names, in its order: a list of names and tracker objects (duplicates dropped;
-    "all" stands for every installed tracker not named otherwise), notes about trackers that "all" left out, and
-    the class of each name. Raises TrackerError for a name that is not installed or cannot run here."""
+    "all" stands for every installed tracker not named otherwise), notes about trackers left out, and the class of
+    each name. A tracker Accelerate knows (a LoggerType) that is not installed here is left out with a note when
+    `missing` is "skip" (Accelerate's `filter_trackers` drops it); with "error", and for any other name, it raises
+    TrackerError, as for a tracker that cannot run here."""
+    from acc.contract.enums import LoggerType
+
+    known = {member.value for member in LoggerType}
     items = log_with_items(log_with)
     for item in items:
         if isinstance(item, type):
@@ -201,12 +207,17 @@ def choose(log_with: Any, logging_dir: Any, where: str = "log_with") -> tuple[li
         elif item not in taken:
             try:
                 cls = _class_for(item)
+                absent = _missing_modules(cls)
+                if absent:
+                    raise TrackerError(f"tracker '{item}' needs {', '.join(absent)}, which is not installed; "
+                                       f"install with: pip install {' '.join(absent)}")
             except TrackerError as exc:
+                if missing == "skip" and item in known:
+                    notes.append(f"{where}: {exc}; it is left out, as Accelerate leaves out a tracker that is not "
+                                 "installed (missing_tracker = error, or --semantics acc, makes this an error)")
+                    taken.add(item)
+                    continue
                 raise TrackerError(f"{where}: {exc}") from None
-            missing = _missing_modules(cls)
-            if missing:
-                raise TrackerError(f"{where}: tracker '{item}' needs {', '.join(missing)}, which is not installed; "
-                                   f"install with: pip install {' '.join(missing)}")
             if cls.requires_logging_directory and logging_dir is None:
                 raise TrackerError(f"{where}: logging with `{item}` requires a `logging_dir` to be passed in: give "
                                    "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")

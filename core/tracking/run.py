@@ -44,7 +44,11 @@ class Trackers:
 
                 warnings.warn(f"Accelerator(log_with={given!r}) overrides log_with={settings['log_with']!r} from "
                               f"{_source(settings)}", stacklevel=4)
-        self.log_with, self._notes, self._classes = choose(log_with, self._logging_dir(), where)
+        # Accelerate's leniency is for what a script's code names; acc's own log_with setting is always checked
+        missing = settings["missing_tracker"] if settings is not None and "missing_tracker" in settings else "skip"
+        if where != "Accelerator(log_with=...)":
+            missing = "error"
+        self.log_with, self._notes, self._classes = choose(log_with, self._logging_dir(), where, missing)
         self.trackers: list = []
         self.failed: dict[str, str] = {}
         self._initialized = self._finished = False

@@ -31,9 +31,11 @@ from acc.tracking import (
 from acc.tracking.registry import choose
 
 
-def accelerator(tmp_path: Path | None, main: bool = True, log_with: list | None = None, source: str = "default"):
+def accelerator(tmp_path: Path | None, main: bool = True, log_with: list | None = None, source: str = "default",
+                missing: str = "skip"):
     """What Trackers reads of an Accelerator."""
-    settings = ResolvedSettings({"log_with": list(log_with or [])}, {"log_with": source})
+    settings = ResolvedSettings({"log_with": list(log_with or []), "missing_tracker": missing},
+                                {"log_with": source, "missing_tracker": "default"})
     directory = None if tmp_path is None else str(tmp_path / "project")
     return types.SimpleNamespace(is_main_process=main, process_index=0 if main else 1, logging_dir=directory,
                                  project_dir=directory, settings=settings)
@@ -123,16 +125,26 @@ def test_a_first_party_tracker_that_is_not_installed_is_an_error_with_its_instal
     from acc.contract.enums import LoggerType
 
     assert "tensorboard" not in installed_trackers()  # .venv never holds the trackers' libraries
+    strict = accelerator(tmp_path, missing="error")
     for given in ("tensorboard", LoggerType.TENSORBOARD, ["jsonl", "tensorboard"]):
         with pytest.raises(TrackerError, match=r"tracker 'tensorboard' is not installed.*pip install acc-tensorboard"):
-            Trackers(given, accelerator(tmp_path))
+            Trackers(given, strict)
     with pytest.raises(ValueError, match="pip install acc-mlflow"):  # Accelerate's type for these errors
-        Trackers("mlflow", accelerator(tmp_path))
+        Trackers("mlflow", strict)
     with pytest.raises(TrackerError, match=r"'comet_ml'.*acc has no 'comet_ml' tracker.*entry point in the group "
                                            r"'acc.trackers'.*log_with=\[MyTracker"):
-        Trackers("comet_ml", accelerator(tmp_path))
+        Trackers("comet_ml", strict)
     with pytest.raises(TrackerError, match=r"'jsnl' is not installed \(did you mean 'jsonl'\?\)"):
-        Trackers("jsnl", accelerator(tmp_path))
+        Trackers("jsnl", strict)
+
+
+def test_by_default_an_uninstalled_tracker_accelerate_knows_is_left_out_with_the_same_words(tmp_path):
+    trackers = Trackers(["wandb", "jsonl", "tensorboard"], accelerator(tmp_path))
+    assert trackers.log_with == ["jsonl"]
+    assert [n.split(": ")[1].split(" is not")[0] for n in trackers._notes] == ["tracker 'wandb'", "tracker 'tensorboard'"]
+    assert all("pip install acc-" in n and "it is left out" in n for n in trackers._notes)
+    with pytest.raises(TrackerError, match=r"'jsnl' is not installed"):  # a name Accelerate does not know: an error
+        Trackers(["jsnl"], accelerator(tmp_path))
 
 
 def test_a_tracker_that_writes_under_a_logging_directory_needs_one():

@@ -124,9 +124,30 @@ def test_a_failing_tracker_is_named_and_the_run_keeps_its_checkpoint(fresh_pm, t
     assert [e[1] for e in mine.events if e[0] == "log"] == [0]
 
 
-def test_an_uninstalled_tracker_is_an_error_when_the_accelerator_is_made(fresh_pm, tmp_path):
+def test_an_uninstalled_tracker_accelerate_knows_is_left_out_with_a_note_as_accelerate_does(fresh_pm, tmp_path,
+                                                                                               capfd):
+    # Accelerate's examples pass log_with=["wandb"] whether wandb is installed or not; Accelerate drops it
+    accelerator = Accelerator(plugin_manager=fresh_pm, log_with=["tensorboard", "jsonl"], project_dir=str(tmp_path))
+    assert accelerator.log_with == ["jsonl"]
+    accelerator.init_trackers("p")
+    accelerator.log({"loss": 1.0}, step=0)
+    accelerator.end_training()
+    err = capfd.readouterr().err
+    assert "tracker 'tensorboard' is not installed" in err and "pip install acc-tensorboard" in err
+    assert "it is left out" in err and "missing_tracker = error" in err
+    assert len(list((tmp_path / "p").glob("*.jsonl"))) == 1
+
+
+@pytest.mark.parametrize("how", ["missing_tracker", "semantics"])
+def test_an_uninstalled_tracker_is_an_error_with_missing_tracker_error(fresh_pm, tmp_path, monkeypatch, how):
+    monkeypatch.setenv(*(("ACC_MISSING_TRACKER", "error") if how == "missing_tracker" else ("ACC_SEMANTICS", "acc")))
     with pytest.raises(TrackerError, match="tracker 'tensorboard' is not installed.*pip install acc-tensorboard"):
         Accelerator(plugin_manager=fresh_pm, log_with="tensorboard", project_dir=str(tmp_path))
+
+
+def test_a_tracker_name_accelerate_does_not_know_is_an_error_either_way(fresh_pm, tmp_path):
+    with pytest.raises(TrackerError, match="tracker 'tensorbaord' is not installed"):
+        Accelerator(plugin_manager=fresh_pm, log_with="tensorbaord", project_dir=str(tmp_path))
 
 
 def test_the_log_with_setting_chooses_and_the_code_overrides_it(fresh_pm, tmp_path, monkeypatch):
