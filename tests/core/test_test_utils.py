@@ -373,11 +373,14 @@ def test_the_merge_weights_script_says_it_checked_nothing_on_one_process(tmp_pat
 @pytest.mark.slow
 def test_the_pippy_script_checks_pipeline_inference_on_three_processes(tmp_path):
     """prepare_pippy on gloo: the last process's output (every process's with gather_output) equals the unsplit
-    model's, for "auto" and explicit split points and a batch padded to the micro-batches."""
+    model's within 1e-6, for "auto" and explicit split points and a batch padded to the micro-batches. Not bitwise:
+    a micro-batch's matmuls may round differently from the whole batch's (exact on one machine, 2.4e-7 apart on
+    another, with the same torch)."""
     proc = _run_script(tmp_path, "external_deps/test_pippy.py", 3, **{"ACC_TEE": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if "test_pippy" in line]
-    assert len(lines) == 7 and all("max |difference| 0.00e+00" in line for line in lines), proc.stdout
+    differences = [float(line.split("max |difference| ")[1].split()[0]) for line in lines]
+    assert len(lines) == 7 and max(differences) <= 1e-6, proc.stdout
 
 
 @pytest.mark.slow
