@@ -59,8 +59,16 @@ _DEEPSPEED_KEYS = (
 )
 
 
-_EMPTY_TABLES = {"fp8_config": FP8, "parallelism_config": PARALLELISM, "megatron_lm_config": MEGATRON,
+_EMPTY_TABLES = {"fp8_config": FP8, "megatron_lm_config": MEGATRON,
                  "mpirun_config": MULTI_MACHINE + " (acc does not start workers with mpirun)"}
+
+
+_PARALLELISM_KEYS = tuple(f"parallelism_config_{name}" for name in (
+    "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_backend", "cp_comm_strategy",
+    "sp_backend", "sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation"))
+# the values `accelerate config` writes for options acc has no choice for: the only ones acc runs
+_PARALLELISM_DEFAULTS = {"parallelism_config_cp_backend": "torch", "parallelism_config_sp_backend": "deepspeed",
+                         "parallelism_config_cp_comm_strategy": "allgather"}
 
 
 _TPU_KEYS = ("tpu_name", "tpu_zone", "command_file", "commands", "tpu_vm", "tpu_env", "tpu_use_cluster", "tpu_use_sudo")
@@ -221,6 +229,19 @@ def convert(raw: dict[str, Any], path: Path, label: str = "config file", text: s
     for key, offer in _EMPTY_TABLES.items():
         if raw.get(key) not in (None, {}):
             raise fail(key, f"is not supported: {offer} (acc reads it only when empty)")
+    parallelism = raw.get("parallelism_config") or {}
+    if not isinstance(parallelism, dict):
+        raise fail("parallelism_config", f"expected a mapping, got {parallelism!r}")
+    for key, value in parallelism.items():
+        dim = str(key).removeprefix("parallelism_config_").removesuffix("_size")
+        if key not in _PARALLELISM_KEYS:
+            raise unknown(f"parallelism_config.{key}", _PARALLELISM_KEYS)
+        if str(key).endswith("_size"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise fail(f"parallelism_config.{key}", f"expected an integer >= 1, got {value!r}")
+            put(f"mesh_{dim}_size", value, f"parallelism_config.{key}")
+        elif value not in (None, "", _PARALLELISM_DEFAULTS.get(key)):
+            raise fail(f"parallelism_config.{key}", f"{value!r} is not supported: {PARALLELISM}")
     dynamo = dict(raw.get("dynamo_config") or {})
     if "dynamo_backend" in raw:
         dynamo["dynamo_backend"] = raw["dynamo_backend"]

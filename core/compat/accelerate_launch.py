@@ -55,8 +55,11 @@ MULTI_MACHINE = ("acc starts every machine's workers with torch's elastic agent:
 DYNAMO = ("acc compiles prepared models with --dynamo_backend BACKEND and torch.compile's defaults; for its other "
            "options pass Accelerator(dynamo_plugin=TorchDynamoPlugin(...)) in the script")
 MEGATRON = "acc has no Megatron-LM backend; its sharding backends are fsdp (--use_fsdp) and deepspeed (--use_deepspeed)"
-PARALLELISM = ("acc has no context or sequence parallelism yet (their options have nothing to configure); the "
-               "--parallelism_config_*_size flags are taken")
+PARALLELISM = ("acc takes the mesh sizes (--parallelism_config_*_size, and the config file's parallelism_config "
+               "sizes) and runs context parallelism with torch's backend and its default allgather rotation; for "
+               "alltoall give the script's ParallelismConfig(cp_handler=TorchContextParallelConfig(cp_comm_strategy="
+               "'alltoall')) or set PARALLELISM_CONFIG_CP_COMM_STRATEGY=alltoall; no backend drives sequence "
+               "parallelism (sp) yet")
 FP8 = "acc's mixed precision is no, fp16 or bf16 (--mixed_precision); there is no fp8 yet"
 SAGEMAKER = "acc has no SageMaker launcher: run `acc launch` on the instances"
 TPU_POD = "acc has no TPU-pod launcher: run `acc launch --tpu` on each TPU host"
@@ -453,11 +456,9 @@ def fsdp_settings(given: dict[str, tuple[Any, str]]) -> tuple[dict[str, tuple[An
                           "(Accelerate ignores it otherwise); give that policy too")
     if name == "TRANSFORMER_BASED_WRAP":
         names = [c.strip() for c in str(classes[0] or "").split(",") if c.strip()]
-        if not names:
-            raise ConfigError(f"{policy[1]}: TRANSFORMER_BASED_WRAP without fsdp_transformer_layer_cls_to_wrap would "
-                              "use the model's _no_split_modules, which acc does not read yet: name the classes "
-                              "(e.g. fsdp_transformer_layer_cls_to_wrap: BertLayer)")
-        out["fsdp_wrap"] = ("transformer_layer=" + ",".join(names), policy[1] + ", " + classes[1])
+        # without classes Accelerate wraps the classes the model's _no_split_modules names; so does acc, at prepare
+        out["fsdp_wrap"] = ("transformer_layer=" + ",".join(names), policy[1] + ", " + classes[1]) if names else \
+            ("no_split_modules", policy[1])
     elif name == "SIZE_BASED_WRAP":
         raw = size[0] if size[0] is not None else 100_000_000  # Accelerate's default
         try:

@@ -8,7 +8,7 @@ import importlib.machinery
 import os
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from acc.assembly import clusters as cluster
 from acc.assembly import handoff
@@ -199,8 +199,18 @@ def worker_environment(assembly: Assembly, plan: LaunchPlan, base: Mapping[str, 
     env = dict(os.environ if base is None else base)
     env.update(environment_additions(plan, base))
     env.update(worker_memory.environment(assembly.settings["worker_memory"], env, assembly.settings["huge_pages"]))
+    env.update(parallelism_environment(assembly.settings))
     handoff.write(env, assembly.settings)
     return env
+
+
+def parallelism_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The mesh sizes the launch gives, as Accelerate's launcher hands them to its workers
+    (PARALLELISM_CONFIG_<DIM>_SIZE): a script's `ParallelismConfig()` without arguments reads them."""
+    from acc.runtime.parallelism import sizes_from_settings
+
+    sizes = sizes_from_settings(settings)
+    return {} if sizes is None else {f"PARALLELISM_CONFIG_{dim.upper()}_SIZE": str(size) for dim, size in sizes.items()}
 
 
 def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | None:

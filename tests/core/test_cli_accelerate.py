@@ -205,7 +205,6 @@ def test_num_processes_that_does_not_divide_over_the_machines(script):
     (["--use_fsdp", "--fsdp_sharding_strategy", "NO_SHARD"], ["NO_SHARD is not supported", "--multi_gpu"]),
     (["--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "Block"],
      ["flag --fsdp_transformer_layer_cls_to_wrap", "TRANSFORMER_BASED_WRAP"]),
-    (["--use_fsdp", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"], ["_no_split_modules", "name the classes"]),
     (["--use_fsdp", "--fsdp_state_dict_type", "LOCAL_STATE_DICT"], ["flag --fsdp_state_dict_type", "SHARDED_STATE_DICT"]),
     (["--tee", "1"], ["flag --tee 1", "use --tee 3"]),
     (["--dynamo_mode", "max-autotune"], ["Accelerate's --dynamo_mode is not supported", "torch.compile"]),
@@ -450,7 +449,58 @@ def test_an_fsdp1_config_is_read_as_accelerate_converts_it_to_fsdp2(tmp_path, sc
     assert "fsdp_backward_prefetch has no effect: FSDP2, which acc's fsdp backend runs" in result.output
 
 
+TP_HSDP_YAML = """compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_reshard_after_forward: true
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_version: 2
+mixed_precision: bf16
+num_machines: 1
+num_processes: 8
+parallelism_config:
+  parallelism_config_cp_size: 1
+  parallelism_config_dp_replicate_size: 2
+  parallelism_config_dp_shard_size: 2
+  parallelism_config_tp_size: 2
+rdzv_backend: static
+"""
+
+
+def test_the_parallelism_config_of_accelerates_tp_hsdp_example_config_gives_the_mesh(tmp_path, script):
+    # examples/torch_native_parallelism/configs/tp_hsdp.yaml as Accelerate ships it (tp x dp_shard x dp_replicate)
+    path = tmp_path / "tp_hsdp.yaml"
+    path.write_text(TP_HSDP_YAML)
+    result = invoke("launch", "--dry-run", "--config_file", str(path), str(script))
+    assert result.exit_code == 0, result.output
+    rows = settings_table(result.output)
+    for dim, size in (("dp_replicate", "2"), ("dp_shard", "2"), ("tp", "2"), ("cp", "1")):
+        assert rows[f"mesh_{dim}_size"] == (size, f"config file {path}"), dim
+    assert rows["fsdp_wrap"][0] == "no_split_modules"  # TRANSFORMER_BASED_WRAP without classes, as Accelerate
+    assert "mesh        dp_replicate 2 x dp_shard 2 x tp 2 (outermost first)" in result.output
+    short = path.with_name("short.yaml")
+    short.write_text(TP_HSDP_YAML.replace("num_processes: 8", "num_processes: 4"))
+    refused = invoke("launch", "--dry-run", "--config_file", str(short), str(script))
+    assert refused.exit_code == 2 and "= 8 processes, but this run has 4" in refused.output
+
+
+def test_the_workers_get_the_mesh_sizes_as_accelerates_launcher_hands_them():
+    from acc.launcher.orchestrate import parallelism_environment
+
+    assert parallelism_environment({"mesh_tp_size": 2, "mesh_dp_shard_size": None}) == {
+        "PARALLELISM_CONFIG_DP_REPLICATE_SIZE": "1", "PARALLELISM_CONFIG_DP_SHARD_SIZE": "1",
+        "PARALLELISM_CONFIG_TP_SIZE": "2", "PARALLELISM_CONFIG_CP_SIZE": "1", "PARALLELISM_CONFIG_SP_SIZE": "1"}
+    assert parallelism_environment({}) == {}
+
+
 @pytest.mark.parametrize("text,fragments", [
+    ("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_tp_sise: 2\n",
+     ["unknown key 'parallelism_config.parallelism_config_tp_sise' (did you mean 'parallelism_config_tp_size'?)"]),
+    ("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_tp_size: 0\n",
+     ["key 'parallelism_config.parallelism_config_tp_size': expected an integer >= 1, got 0"]),
+    ("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_cp_comm_strategy: alltoall\n",
+     ["'alltoall' is not supported", "PARALLELISM_CONFIG_CP_COMM_STRATEGY=alltoall"]),
     ("distributed_type: MULTI_GPU\nnum_processes: 2\nnum_procs: 3\n",
      ["line 3: unknown key 'num_procs' (did you mean 'num_processes'?)"]),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stag: 2\n",

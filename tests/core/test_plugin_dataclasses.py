@@ -160,6 +160,12 @@ def fsdp(**fields):
     return FullyShardedDataParallelPlugin(**fields).to_settings()
 
 
+def test_transformer_based_wrap_without_classes_wraps_the_models_no_split_modules():
+    assert fsdp(auto_wrap_policy="transformer_based_wrap")["fsdp_wrap"] == "no_split_modules"
+    assert fsdp(auto_wrap_policy="transformer_based_wrap",
+                transformer_cls_names_to_wrap=["LlamaDecoderLayer"])["fsdp_wrap"] == "transformer_layer=LlamaDecoderLayer"
+
+
 def test_fsdp_defaults_set_nothing():
     assert fsdp() == {}
     assert fsdp(fsdp_version=2, activation_checkpointing=False, forward_prefetch=False,
@@ -254,8 +260,6 @@ def test_the_mapped_fsdp_values_pass_the_backends_own_setting_checks():
      "is not supported"),
     ({"auto_wrap_policy": lambda *a, **k: True}, "acc wraps by class name (auto_wrap_policy=\"transformer_based_wrap"
      "\" with transformer_cls_names_to_wrap) or by size"),
-    ({"auto_wrap_policy": "transformer_based_wrap"}, "TRANSFORMER_BASED_WRAP without "
-     "fsdp_transformer_layer_cls_to_wrap would use the model's _no_split_modules"),
     ({"transformer_cls_names_to_wrap": ["Block"]}, "the classes to wrap are used with fsdp_auto_wrap_policy "
      "TRANSFORMER_BASED_WRAP only"),
     ({"cpu_offload": "yes please"}, "FullyShardedDataParallelPlugin(cpu_offload='yes please'): give True/False"),

@@ -1,7 +1,9 @@
 """A 3-layer model trained with Adam on fixed data; works unchanged on cpu, ddp, fsdp and deepspeed.
 
     acc launch ... layers.py --out DIR --steps 20 [--save CKPT] [--load CKPT] [--eval-only] [--save-model DIR]
-Each rank writes losses, its local parameter count, the total count and (with --eval-only) an eval loss.
+Each rank writes losses, its local parameter count, the total count, the classes fully_shard made units of, and
+(with --eval-only) an eval loss. `--no-split Block` gives the model `_no_split_modules = ["Block"]` (as transformers'
+models name their layers).
 """
 
 import argparse
@@ -54,6 +56,7 @@ def main() -> None:
     p.add_argument("--save-model")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     p.add_argument("--regional", action="store_true", help="TorchDynamoPlugin(use_regional_compilation=True)")
+    p.add_argument("--no-split", nargs="*", help="the model's _no_split_modules")
     args = p.parse_args()
 
     accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(use_regional_compilation=True) if args.regional else None)
@@ -62,6 +65,8 @@ def main() -> None:
     data = TensorDataset(torch.randn(96, 16, generator=g), torch.randn(96, 4, generator=g))
     evaluation = TensorDataset(torch.randn(40, 16, generator=g), torch.randn(40, 4, generator=g))
     model = build()
+    if args.no_split is not None:
+        model._no_split_modules = args.no_split
     total = sum(p.numel() for p in model.parameters())
     opt = (torch.optim.Adam(model.parameters(), lr=0.01) if args.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=0.05))
@@ -96,6 +101,7 @@ def main() -> None:
                              if getattr(m, "_compiled_call_impl", None) is not None],
         "compiled_whole": hasattr(model, "_orig_mod"),
         "zero3_masters": zero3_masters(opt),
+        "fsdp_units": [type(m).__name__ for m in model.modules() if m is not model and type(m).__name__.startswith("FSDP")],
     })
     accelerator.end_training()
 

@@ -24,8 +24,9 @@ GROUPS = "fsdp_optimizer_{index}_groups.pt"
 def acc_add_settings(registry: Any) -> None:
     registry.add(sdk.Setting(
         "fsdp_wrap", str, "auto",
-        "what to shard besides the root: transformer_layer=ClassA[,ClassB] (by class name), min_params=N, none (the "
-        "root alone: Accelerate's NO_WRAP), or auto: the model's repeated blocks, found at prepare (the children of "
+        "what to shard besides the root: transformer_layer=ClassA[,ClassB] (by class name), no_split_modules (the "
+        "classes the model's _no_split_modules names: Accelerate's TRANSFORMER_BASED_WRAP without classes), "
+        "min_params=N, none (the root alone: Accelerate's NO_WRAP), or auto: the model's repeated blocks, found at prepare (the children of "
         "its largest ModuleList/Sequential whose children are of one class and hold at least half the parameters; "
         "none found: the root alone). The bench model's peak fell from 0.74x to 0.55x ddp's with blocks as units",
         ("--fsdp-wrap",),
@@ -83,13 +84,15 @@ def parse_wrap(value: str | None) -> tuple[str, Any]:
         return "none", None
     if value == "auto":
         return "auto", None
+    if value == "no_split_modules":
+        return "classes", None
     kind, _, arg = value.partition("=")
     if kind == "transformer_layer" and arg:
         return "classes", [c.strip() for c in arg.split(",") if c.strip()]
     if kind == "min_params" and arg.isdigit():
         return "min_params", int(arg)
-    raise ValueError(f"fsdp_wrap {value!r}: expected auto, none, transformer_layer=ClassName[,ClassName] or "
-                     "min_params=N")
+    raise ValueError(f"fsdp_wrap {value!r}: expected auto, none, transformer_layer=ClassName[,ClassName], "
+                     "no_split_modules or min_params=N")
 
 
 @sdk.hookimpl
@@ -125,7 +128,8 @@ def acc_communicator(ctx: Any) -> Any:
 def acc_launch_plan(settings: Any) -> sdk.LaunchPlan:
     cuda = sdk.visible_cuda_devices()
     device = "cpu (gloo)" if settings["cpu"] or cuda == 0 else f"cuda:<local rank> of {cuda} visible (nccl)"
-    wrap = {"auto": "auto (the model's repeated blocks, found at prepare)", "none": "root only", "": "root only"}
+    wrap = {"auto": "auto (the model's repeated blocks, found at prepare)", "none": "root only", "": "root only",
+            "no_split_modules": "the classes the model's _no_split_modules names (found at prepare)"}
     chosen = wrap.get(settings["fsdp_wrap"] or "", settings["fsdp_wrap"])
     notes = [f"sharding: {settings['fsdp_strategy']}, wrap: {chosen}"
              + (", parameters offloaded to CPU" if settings["fsdp_cpu_offload"] else "")]
@@ -205,6 +209,12 @@ def _shard(ctx: sdk.RunContext, model: Any) -> list[Any]:
     if ctx.settings["fsdp_cpu_offload"]:
         kwargs["offload_policy"] = CPUOffloadPolicy()
     kind, arg = parse_wrap(ctx.settings["fsdp_wrap"])
+    if kind == "classes" and arg is None:  # no_split_modules: the classes the model names, as Accelerate reads them
+        arg = list(getattr(model, "_no_split_modules", None) or [])
+        if not arg:
+            raise sdk.AccError(f"fsdp_wrap no_split_modules (Accelerate's TRANSFORMER_BASED_WRAP without classes): "
+                               f"the model ({type(model).__name__}) has no _no_split_modules; name the classes "
+                               "(--fsdp-wrap transformer_layer=ClassName, or fsdp_transformer_layer_cls_to_wrap)")
     if kind == "classes":
         found = {type(m).__name__ for m in model.modules()}
         unknown = [c for c in arg if c not in found]

@@ -67,6 +67,17 @@ def test_save_model_and_merge_weights_give_the_plain_model(tmp_path):
     assert sorted(merged) == sorted(saved) and all(torch.equal(merged[k], saved[k]) for k in saved)
 
 
+def test_no_split_modules_wraps_the_classes_the_model_names_as_accelerate_does(tmp_path):
+    # Accelerate's TRANSFORMER_BASED_WRAP without classes (its nd_parallel example's config) wraps _no_split_modules
+    flags = ["--backend", "fsdp", "--nproc", "2", "--fsdp-wrap", "no_split_modules"]
+    acc_launch(tmp_path, flags, "layers.py", ["--out", str(tmp_path / "named"), "--steps", "3", "--no-split", "Block"])
+    assert read_rank_results(tmp_path / "named")[0]["fsdp_units"] == ["FSDPBlock", "FSDPBlock"]
+    proc = run([ACC, "launch", *flags, str(WORKERS / "layers.py"), "--out", str(tmp_path / "none")], tmp_path,
+               timeout=180)
+    assert proc.returncode != 0
+    assert "fsdp_wrap no_split_modules" in proc.stderr and "has no _no_split_modules; name the classes" in proc.stderr
+
+
 def test_accumulation_without_sync_matches_one_big_step(tmp_path):
     acc_launch(tmp_path, ["--backend", "fsdp", "--nproc", "2", *ACC_SEMANTICS], "loop_semantics.py",
                ["--out", str(tmp_path / "acc"), "--batch", "4", "--accum", "3", "--clip", "0.5"])
