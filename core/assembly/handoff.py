@@ -23,7 +23,8 @@ import pluggy
 
 from acc.assembly.choose import Assembly, assemble
 from acc.assembly.plugins import build_plugin_manager, collect_settings
-from acc.contract.settings import ResolvedSettings
+from acc.assembly.settings import resolve
+from acc.contract.settings import ResolvedSettings, apply_presets
 from acc.errors import ConfigError
 
 LAUNCH_ENV = "ACC_LAUNCH"
@@ -58,3 +59,22 @@ def assemble_worker(
     else:
         infos = {}
     return Assembly(settings, pm, infos, collect_settings(pm), launched=True)
+
+
+def with_backend(assembly: Assembly, backend: str, source: str,
+                 environ: Mapping[str, str] | None = None) -> Assembly:
+    """The same run on another backend (a worker whose script's code chose one, as Accelerate's plugins do):
+    its plugin set rebuilt with `backend`, every setting kept, and the new backend's own settings resolved from
+    the environment (ACC_*) and their defaults. Raises PluginNotFoundError when `backend` is not installed."""
+    settings = assembly.settings
+    pm, infos = build_plugin_manager(backend, settings["plugins"])
+    registry = collect_settings(pm)
+    fresh = resolve(registry, {}, os.environ if environ is None else environ)
+    values, sources = dict(fresh.values), dict(fresh.sources)
+    for name in registry.names():
+        if name in settings:
+            values[name], sources[name] = settings[name], settings.source(name)
+    values["backend"], sources["backend"] = backend, source
+    apply_presets(registry, values, sources)
+    return Assembly(ResolvedSettings(values, sources), pm, infos, registry, assembly.files, assembly.launched,
+                    assembly.detected, assembly.detection_line, assembly.cluster)

@@ -29,6 +29,57 @@ from acc.runtime.parallelism import check_parallelism, device_mesh
 _CURRENT: dict[str, "Runtime | None"] = {"runtime": None}
 
 
+def _backend_of_code(assembly: Assembly, backend_plugins: list, parallelism_config: Any) -> Assembly:
+    """Accelerate trains with FSDP (DeepSpeed) when a script gives its Accelerator a FullyShardedDataParallelPlugin
+    (DeepSpeedPlugin), and tensor-parallel when its ParallelismConfig says so, whatever the launch chose. This worker
+    switches backend likewise: to the plugin's, or, when the launch's backend cannot drive a dimension the config
+    asks for, to an installed backend that drives them all (fsdp first). Only where the processes were started by
+    a launcher (the engine ddp, fsdp and deepspeed share) and the backend is installed. A backend chosen explicitly at
+    launch is overridden by a plugin with a warning, as other settings given in code are, and never for a config (its
+    error names the backends that drive the dimension); a detected one says so in one line on rank 0."""
+    import os
+
+    from acc.assembly.handoff import with_backend
+    from acc.assembly.plugins import declared_capabilities
+    from acc.errors import PluginNotFoundError
+    from acc.runtime.arguments import note_once
+    from acc.runtime.distributed import LAUNCHER_VARS
+    from acc.runtime.parallelism import DIMS, backends_driving
+
+    settings = assembly.settings
+    launched, source = settings["backend"], settings.source("backend")
+    chosen = not (settings.is_default("backend") or source == "detected")
+    if any(v not in os.environ for v in LAUNCHER_VARS):
+        return assembly
+    wanted = {plugin.backend for plugin in backend_plugins}
+    if wanted:
+        if len(wanted) != 1 or launched in wanted:
+            return assembly
+        backend = wanted.pop()
+        given = f"Accelerator({type(backend_plugins[0]).__name__}(...))"
+    else:
+        dims = [d for d in DIMS if int(getattr(parallelism_config, f"{d}_size", 1) or 1) > 1]
+        drives = set(declared_capabilities(assembly.pm, settings).mesh_dims) if dims else set()
+        if chosen or not dims or set(dims) <= drives:
+            return assembly
+        able = set.intersection(*(set(backends_driving(d, settings)) for d in dims))
+        if not able:
+            return assembly
+        backend = "fsdp" if "fsdp" in able else sorted(able)[0]
+        given = f"Accelerator(parallelism_config=ParallelismConfig({', '.join(f'{d}_size>1' for d in dims)}))"
+    try:
+        switched = with_backend(assembly, backend, f"code {given}")
+    except PluginNotFoundError:
+        return assembly
+    if chosen:
+        warnings.warn(f"{given} selects the {backend} backend over backend={launched!r} from {source} (Accelerate "
+                      f"uses {backend} when its plugin is given)", stacklevel=4)
+    else:
+        note_once("backend-of-code", f"{given} selects the {backend} backend, as Accelerate trains it (the launch "
+                  f"had {source} {launched}; --backend {backend} says it there)", os.environ.get("RANK") == "0")
+    return switched
+
+
 class Runtime(CollectivesMixin):
     """The set-up backend of this process. `code` holds settings given in code (name -> value, None: not given),
     applied over the launch settings with a warning where they contradict one that was set explicitly."""
@@ -37,6 +88,8 @@ class Runtime(CollectivesMixin):
                  plugin_manager: pluggy.PluginManager | None = None, where: str = "Accelerator",
                  backend_plugins: list | None = None, parallelism_config: Any = None):
         assembly = assemble_worker(pm=plugin_manager)
+        if plugin_manager is None:
+            assembly = _backend_of_code(assembly, list(backend_plugins or []), parallelism_config)
         settings = assembly.settings
         code = dict(code or {})
         self.backend_plugins: list = []  # the ones this run's backend applies (Accelerate's state shows them)

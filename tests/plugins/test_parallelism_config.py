@@ -63,6 +63,29 @@ def test_a_dimension_the_backend_does_not_drive_is_refused_naming_one_that_does(
                                  "drive tp: fsdp (acc launch --backend fsdp)")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("given,extra", [("tp=2", ()), ("dp_shard=2", ("--fsdp-plugin",))], ids=["tp", "fsdp-plugin"])
+def test_a_detected_backend_gives_way_to_the_one_the_scripts_code_asks_for_as_accelerate_does(tmp_path, given, extra):
+    # Accelerate trains with FSDP when its plugin is given, and tensor parallel when the config says so, whatever
+    # `accelerate launch --num_processes 2` said; acc's launch detects ddp, and the workers switch to fsdp
+    out = tmp_path / "out"
+    proc = acc_launch(tmp_path, ["--nproc", "2"], WORKER, ["--out", str(out), "--sizes", given, *extra])
+    ranks = read_rank_results(out)
+    assert "with the ddp backend (detected" in proc.stderr
+    assert proc.stderr.count("selects the fsdp backend, as Accelerate trains it (the launch had detected ddp") == 1
+    assert [ranks[r]["backend"] for r in (0, 1)] == ["fsdp", "fsdp"]
+    assert ranks[0]["distributed_type"].endswith("FSDP") and ranks[1]["dp_sum"] == (3.0 if "dp" in given else None)
+
+
+@pytest.mark.slow
+def test_a_plugin_in_code_overrides_an_explicit_backend_with_a_warning(tmp_path):
+    out = tmp_path / "out"
+    proc = acc_launch(tmp_path, ["--backend", "ddp", "--nproc", "2"], WORKER,
+                      ["--out", str(out), "--sizes", "dp_shard=2", "--fsdp-plugin"])
+    assert read_rank_results(out)[0]["backend"] == "fsdp"
+    assert "selects the fsdp backend over backend='ddp' from flag --backend" in proc.stderr
+
+
 def test_sizes_whose_product_is_not_the_process_count_are_refused_saying_both():
     with pytest.raises(AccError, match=r"dp_shard_size 2 x tp_size 1 x cp_size 1 x sp_size 1 = 2 processes, but "
                                        r"this run has 1: launch 2 processes \(acc launch --nproc 2\)"):
