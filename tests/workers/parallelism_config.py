@@ -16,8 +16,8 @@ import torch.distributed as dist
 from common import dump
 
 from acc import Accelerator, AccError, ParallelismConfig
-from acc.utils import FullyShardedDataParallelPlugin
 from acc.state import AcceleratorState
+from acc.utils import FullyShardedDataParallelPlugin
 
 
 def _flattened(mesh) -> set:
