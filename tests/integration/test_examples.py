@@ -67,3 +67,46 @@ def test_migration_example(tmp_path, launch):
     assert (tmp_path / "o" / "model.pt").is_file() and (tmp_path / "o" / "state" / "manifest.json").is_file()
     assert "from acc import Accelerator  # was: from accelerate import Accelerator" in (
         ROOT / "examples" / "migrate_from_accelerate.py").read_text()
+
+
+ND_LAYOUTS = {  # processes, the example's size flags, the mesh it prints, the backend the config selects
+    "ddp": (2, ["--dp-replicate-size", "2"], "{'dp_replicate': 2}", "ddp"),
+    "fsdp": (2, ["--dp-shard-size", "2"], "{'dp_shard': 2}", "fsdp"),
+    "tp": (2, ["--tp-size", "2"], "{'tp': 2}", "fsdp"),
+    "tp-x-fsdp": (4, ["--dp-shard-size", "2", "--tp-size", "2"], "{'dp_shard': 2, 'tp': 2}", "fsdp"),
+}
+
+
+@pytest.fixture(scope="module")
+def nd_runs(tmp_path_factory):
+    """examples/nd_parallel.py under a plain `acc launch --nproc N` (no --backend), one run per layout."""
+    runs = {}
+    for name, (nproc, sizes, _, _) in ND_LAYOUTS.items():
+        tmp = tmp_path_factory.mktemp(name)
+        runs[name] = run([ACC, "launch", "--nproc", str(nproc), "--output-dir", "",
+                          str(ROOT / "examples" / "nd_parallel.py"), *sizes, "--steps", "10", "--save",
+                          str(tmp / "ckpt")], tmp, timeout=300)
+        runs[name].checkpoint = tmp / "ckpt"
+    return runs
+
+
+@pytest.mark.parametrize("name", list(ND_LAYOUTS))
+def test_the_nd_parallel_example_trains_on_each_layout_as_on_ddp(nd_runs, name):
+    proc, (_, _, mesh, backend) = nd_runs[name], ND_LAYOUTS[name]
+    assert proc.returncode == 0, proc.stderr
+    assert f"mesh: {mesh}, backend {backend}" in proc.stdout
+    found = losses(proc.stdout)
+    assert len(found) == 2 and found[-1] < 0.8 * found[0], proc.stdout  # steps 1 and 10
+    # the same global batches and the same model on every layout: the same losses, to the 4 decimals printed
+    assert found == losses(nd_runs["ddp"].stdout)
+
+
+def test_the_nd_parallel_example_resumes_a_tp_x_fsdp_checkpoint_on_fsdp_as_if_never_stopped(nd_runs, tmp_path):
+    saved = nd_runs["tp-x-fsdp"].checkpoint
+    example = str(ROOT / "examples" / "nd_parallel.py")
+    resumed = run([ACC, "launch", "--nproc", "2", "--output-dir", "", example, "--dp-shard-size", "2", "--steps", "10",
+                   "--load", str(saved)], tmp_path, timeout=300)
+    straight = run([ACC, "launch", "--nproc", "4", "--output-dir", "", example, "--dp-shard-size", "2", "--tp-size",
+                    "2", "--steps", "20"], tmp_path, timeout=300)
+    assert resumed.returncode == 0 and straight.returncode == 0, resumed.stderr + straight.stderr
+    assert losses(resumed.stdout)[-1] == losses(straight.stdout)[-1]  # step 20, to the 4 decimals printed
