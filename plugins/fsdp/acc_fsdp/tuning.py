@@ -8,9 +8,8 @@ collectives default to `p2p`. FSDP2's all-gathers are synchronous on the CPU (no
 unshards are asynchronous with explicit prefetching, which lets the next unit's all-gather run in gloo's thread
 while this one computes. In backward, that prefetch made the step no faster on gloo (9 alternating launches of
 the bench model: median 1.06 s a step with it, 1.04 s without) and held one more unit gathered at the peak (704 MB
-against 692 MB per rank), so on gloo backward gathers each unit when its own backward starts. Keeping the last unit
-unsharded after forward saves its all-gather at the start of backward, at no cost in peak memory (backward needs it
-at once); a forward without backward (evaluation) reshards it at once.
+against 692 MB per rank), so on gloo backward gathers each unit when its own backward starts. Keeping the last
+units unsharded after forward saves their all-gathers in backward, as many as the peak allows (keep_unsharded.py).
 """
 
 from __future__ import annotations
@@ -35,9 +34,10 @@ def apply(ctx: sdk.RunContext, model: Any, units: list[Any]) -> None:
     if gather is not None and hasattr(model, "set_custom_all_gather"):
         for unit in [*units, model]:
             unit.set_custom_all_gather(gather)
-    if units and not reshard_after_forward(ctx, len(units) - 1, len(units)) and \
-            ctx.settings["fsdp_strategy"] != "shard_grad_op":
-        units[-1].register_forward_hook(_reshard_without_backward)
+    if units and ctx.settings["fsdp_strategy"] != "shard_grad_op":
+        from .keep_unsharded import KeepUnsharded
+
+        ctx.backend_state.setdefault("keepers", []).append(KeepUnsharded(ctx, model, units))
     depth = ctx.settings["fsdp_prefetch"]
     backward = prefetch_in_backward(ctx)
     if depth and len(units) > 1 and hasattr(model, "_set_unshard_async_op"):
@@ -63,20 +63,9 @@ def prefetch_in_backward(ctx: sdk.RunContext) -> bool:
 
 
 def reshard_after_forward(ctx: sdk.RunContext, unit_index: int, units: int) -> bool:
-    """FSDP2's reshard_after_forward for unit `unit_index` of `units` (the root is not counted)."""
-    if ctx.settings["fsdp_strategy"] == "shard_grad_op":
-        return False
-    last = unit_index == units - 1
-    return not (last and ctx.settings["fsdp_keep_last_unsharded"])
-
-
-def _reshard_without_backward(module: Any, args: Any, output: Any) -> None:
-    """The last unit is kept gathered for the backward that follows; a forward without one (evaluation, no_grad)
-    reshards it at once, so memory after evaluation is what full_shard promises."""
-    import torch
-
-    if not torch.is_grad_enabled():
-        module.reshard()
+    """FSDP2's reshard_after_forward for unit `unit_index` of `units` (the root is not counted) when it is sharded:
+    the last units kept gathered are chosen after (keep_unsharded.KeepUnsharded)."""
+    return ctx.settings["fsdp_strategy"] != "shard_grad_op"
 
 
 def _choice(ctx: sdk.RunContext, setting: str) -> str:
