@@ -64,17 +64,20 @@ def test_a_dimension_the_backend_does_not_drive_is_refused_naming_one_that_does(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("given,extra", [("tp=2", ()), ("dp_shard=2", ("--fsdp-plugin",))], ids=["tp", "fsdp-plugin"])
-def test_a_detected_backend_gives_way_to_the_one_the_scripts_code_asks_for_as_accelerate_does(tmp_path, given, extra):
+@pytest.mark.parametrize("given,extra,backend", [("tp=2", (), "fsdp"), ("dp_shard=2", ("--fsdp-plugin",), "fsdp"),
+                                                ("dp_shard=2", ("--deepspeed-plugin",), "deepspeed")],
+                         ids=["tp", "fsdp-plugin", "deepspeed-plugin"])
+def test_a_detected_backend_gives_way_to_the_one_the_scripts_code_asks_for_as_accelerate_does(tmp_path, given, extra,
+                                                                                            backend):
     # Accelerate trains with FSDP when its plugin is given, and tensor parallel when the config says so, whatever
     # `accelerate launch --num_processes 2` said; acc's launch detects ddp, and the workers switch to fsdp
     out = tmp_path / "out"
     proc = acc_launch(tmp_path, ["--nproc", "2"], WORKER, ["--out", str(out), "--sizes", given, *extra])
     ranks = read_rank_results(out)
     assert "with the ddp backend (detected" in proc.stderr
-    assert proc.stderr.count("selects the fsdp backend, as Accelerate trains it (the launch had detected ddp") == 1
-    assert [ranks[r]["backend"] for r in (0, 1)] == ["fsdp", "fsdp"]
-    assert ranks[0]["distributed_type"].endswith("FSDP") and ranks[1]["dp_sum"] == (3.0 if "dp" in given else None)
+    assert proc.stderr.count(f"selects the {backend} backend, as Accelerate trains it (the launch had detected ddp") == 1
+    assert [ranks[r]["backend"] for r in (0, 1)] == [backend, backend]
+    assert ranks[0]["distributed_type"].endswith(backend.upper()) and ranks[1]["dp_sum"] == (3.0 if "dp" in given else None)
 
 
 @pytest.mark.slow

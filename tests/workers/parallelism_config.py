@@ -4,7 +4,8 @@ process group, or the AccError the configuration was refused with.
 
     acc launch --backend ddp --nproc 2 parallelism_config.py --out DIR --sizes dp_replicate=2 [--fsdp-plugin]
 
-`--fsdp-plugin` also gives the Accelerator a FullyShardedDataParallelPlugin(), as Accelerate's nd_parallel.py does.
+`--fsdp-plugin` also gives the Accelerator a FullyShardedDataParallelPlugin(), as Accelerate's nd_parallel.py does
+(`--deepspeed-plugin`: a DeepSpeedPlugin(zero_stage=2)).
 Each rank also writes the backend that ran it and the distributed type.
 """
 
@@ -17,7 +18,7 @@ from common import dump
 
 from acc import Accelerator, AccError, ParallelismConfig
 from acc.state import AcceleratorState
-from acc.utils import FullyShardedDataParallelPlugin
+from acc.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 
 def _flattened(mesh) -> set:
@@ -36,13 +37,15 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--sizes", nargs="*", default=[], help="DIM=SIZE, e.g. dp_shard=2")
     parser.add_argument("--fsdp-plugin", action="store_true")
+    parser.add_argument("--deepspeed-plugin", action="store_true")
     args = parser.parse_args()
     sizes = {f"{k}_size": int(v) for k, v in (item.split("=") for item in args.sizes)}
     rank = int(__import__("os").environ.get("RANK", "0"))
     warnings.filterwarnings("ignore", message="Slicing a flattened dim")  # torch's note on mesh["dp"], Accelerate's API
     try:  # without --sizes the launch flags give the sizes (--parallelism-config-*-size)
         accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes) if sizes else None,
-                                  fsdp_plugin=FullyShardedDataParallelPlugin() if args.fsdp_plugin else None)
+                                  fsdp_plugin=FullyShardedDataParallelPlugin() if args.fsdp_plugin else None,
+                                  deepspeed_plugin=DeepSpeedPlugin(zero_stage=2) if args.deepspeed_plugin else None)
     except AccError as exc:
         dump(args.out, rank, {"error": str(exc)})
         return
