@@ -145,3 +145,42 @@ def assert_conformance_passed(proc: subprocess.CompletedProcess, allowed_skips: 
     reasons = re.findall(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", proc.stdout, re.M)
     unexpected = [r for r in reasons if not any(fragment in r for fragment in allowed_skips)]
     assert not unexpected, f"skips not allowed for this backend: {unexpected}\n{summary}"
+
+
+# -------------------------------------------- processes a test leaves behind, named in the summary (for diagnosis)
+_FIRST_SEEN: dict[int, str] = {}  # pid of a child of this pytest process -> the test after which it was first seen
+
+
+def _children_here() -> dict[int, str]:
+    """This process's children: pid -> 'state command line'."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid():
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                found[int(entry.name)] = f"{fields[0]} {command[:160]}"
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if sys.platform.startswith("linux"):
+        for pid in _children_here():
+            _FIRST_SEEN.setdefault(pid, item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Children of pytest still there at the end (running or unreaped), each with the test after which it appeared:
+    a test that leaves a process behind upsets the process-table checks of the tests after it."""
+    if not sys.platform.startswith("linux"):
+        return
+    left = _children_here()
+    if left:
+        terminalreporter.section("processes left behind by tests")
+        for pid, what in sorted(left.items()):
+            terminalreporter.line(f"pid {pid} ({what}), first seen after {_FIRST_SEEN.get(pid, 'the session start')}")

@@ -45,15 +45,21 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def started_since(before: set[int]) -> list[tuple[int, str]]:
+    """This process's children (pid, state) that were not among the pids `before`: what a test started."""
+    return [(pid, state) for pid, state in children(os.getpid()) if pid not in before]
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """No process (worker or zombie) of this test's launches outlives the test."""
-    before = set(children(os.getpid()))
-    yield
+    """No process (worker or zombie) of this test's launches outlives the test. Yields the pids of the children
+    that were there before it (another test's, which are not this test's to judge)."""
+    before = {pid for pid, _ in children(os.getpid())}
+    yield before
     deadline = time.monotonic() + 10
-    while set(children(os.getpid())) - before and time.monotonic() < deadline:
+    while started_since(before) and time.monotonic() < deadline:
         time.sleep(0.05)  # a poll: a child being reaped (by the code that started it) has no event to wait on
-    assert set(children(os.getpid())) - before == set(), "a launched process was left behind"
+    assert started_since(before) == [], "a launched process was left behind"
 
 
 def test_returns_the_main_process_value_or_every_rank_and_a_second_launch_works():
@@ -114,7 +120,8 @@ def test_a_rank_killed_by_a_signal_is_named():
     assert "rank 1 was here" in str(info.value)  # the tail of its own output (its log file)
 
 
-def test_settings_resolve_argument_env_project_file_user_file_default_with_sources(tmp_path, monkeypatch):
+def test_settings_resolve_argument_env_project_file_user_file_default_with_sources(tmp_path, monkeypatch,
+                                                                                 nothing_left_behind):
     (tmp_path / "acc.toml").write_text('mixed_precision = "bf16"\ngradient_accumulation_steps = 2\ntimeout = 50\n')
     user = tmp_path / "user-config"
     user.mkdir()
@@ -133,7 +140,7 @@ def test_settings_resolve_argument_env_project_file_user_file_default_with_sourc
                       dry_run=True)
     assert "argument acc.launch(gradient_accumulation_steps=...)" in text and "env ACC_TIMEOUT" in text
     assert "function tests.workers.launch_fn.describe_rank(*args)" in text
-    assert children(os.getpid()) == []  # a dry run starts nothing
+    assert started_since(nothing_left_behind) == []  # a dry run starts nothing
 
 
 def test_detection_picks_ddp_for_several_processes_and_a_config_file_can_choose_the_backend(tmp_path):
@@ -256,7 +263,7 @@ def test_restarts_start_fresh_interpreters_for_an_importable_function_and_refuse
     assert [r["restart"] for r in every] == [1, 1] and [r["spawned"] for r in every] == [True, True]
 
 
-def test_cuda_initialised_in_the_caller_is_refused_saying_what_and_what_to_do(monkeypatch):
+def test_cuda_initialised_in_the_caller_is_refused_saying_what_and_what_to_do(monkeypatch, nothing_left_behind):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -266,7 +273,7 @@ def test_cuda_initialised_in_the_caller_is_refused_saying_what_and_what_to_do(mo
     text = str(info.value)
     assert "CUDA is already initialised in this process" in text and "Cannot re-initialize CUDA" in text
     assert "restart the kernel" in text and "inside the launched function" in text and "start_method='spawn'" in text
-    assert children(os.getpid()) == []
+    assert started_since(nothing_left_behind) == []
 
 
 def test_what_initialised_cuda_is_found_in_a_notebook_namespace():
