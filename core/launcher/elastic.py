@@ -136,10 +136,10 @@ def _run(config: Any, method: str, target: Target, log_dir: str, machines: Any) 
 
             watcher = ExitWatcher()
             watcher.install()
-            elastic_launch(config, run_target)(target.is_module, target.program, tuple(target.args))
+            run_agent(elastic_launch(config, run_target), target.is_module, target.program, tuple(target.args))
         else:
             argv = target.argv(sys.executable)
-            elastic_launch(config, argv[0])(*argv[1:])
+            run_agent(elastic_launch(config, argv[0]), *argv[1:])
     except ChildFailedError as exc:
         log_dirs = rank_log_dirs(log_dir, config.run_id)
         exits = watcher.codes if watcher is not None else {}
@@ -165,6 +165,38 @@ def _run(config: Any, method: str, target: Target, log_dir: str, machines: Any) 
     if machines is not None:
         machines.done(0)
     return 0
+
+
+def run_agent(launch: Any, *args: Any) -> Any:
+    """`launch(*args)` (an `elastic_launch`), with a signal that stopped the agent raised as the agent's
+    `SignalException` however torch passed it on. A signal that lands in torch's metric timer (`metrics.prof`)
+    between its `try` and its clock read turns into an UnboundLocalError in that timer's `finally`, with the
+    SignalException as its context: the workers were stopped all the same, and the caller must see the signal
+    (KeyboardInterrupt in a notebook), not torch's slip."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    try:
+        return launch(*args)
+    except (SignalException, ChildFailedError):
+        raise
+    except Exception as exc:
+        signalled = signal_behind(exc, SignalException)
+        if signalled is None:
+            raise
+        raise signalled from None
+
+
+def signal_behind(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The exception of type `kind` that `exc` was raised while handling (its context chain), or None."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, kind):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 START_METHOD_ENV = "ACC_START_METHOD"

@@ -381,7 +381,7 @@ def _run_forked(plan: Any, fn: Callable[..., Any], args: tuple, env: Mapping[str
         if main_thread and method == "fork":
             watcher = fork.ExitWatcher()
             watcher.install()
-        values = elastic_launch(config, fork.run_function)(fn, tuple(args))
+        values = elastic.run_agent(elastic_launch(config, fork.run_function), fn, tuple(args))
         if machines is not None:
             machines.done(0)
     except ChildFailedError as exc:

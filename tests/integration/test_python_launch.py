@@ -351,6 +351,16 @@ def test_from_a_plain_script_sigint_to_the_launcher_alone_stops_the_workers(tmp_
     assert not any(alive(pid) for pid in workers)
 
 
+def test_sigint_landing_inside_torchs_metric_timer_is_still_a_keyboard_interrupt(tmp_path):
+    """torch's `metrics.prof` reads its clock inside `try` and uses the reading in `finally`: a signal raised
+    between the two turns into an UnboundLocalError (a notebook interrupt failed a CI run so). The launch still
+    stops every worker and raises KeyboardInterrupt."""
+    result = _result(_script("interrupt-in-clock", tmp_path), tmp_path, "interrupt-in-clock")
+    assert result.get("interrupted") is True, result
+    wait_for_exit(result["workers"], timeout=20)
+    assert not any(alive(pid) for pid in result["workers"])
+
+
 def test_from_a_plain_script_sigterm_stops_the_workers_then_ends_the_program_as_it_would_have(tmp_path):
     proc, workers = _interruptible_launch(tmp_path)
     proc.send_signal(signal.SIGTERM)

@@ -1,6 +1,6 @@
 """Functions launched with `acc.launch` (imported by the tests), and a plain script that launches them:
 
-    python launch_fn.py values|fail|interrupt|sources OUT_DIR
+    python launch_fn.py values|fail|interrupt|interrupt-in-clock|sources OUT_DIR
     python launch_fn.py nodes OUT_DIR NODE_RANK PORT
 
 Its functions are defined in `__main__` when run as a script, so the launches fork them without pickling.
@@ -48,6 +48,31 @@ def sleep_forever(out_dir: str) -> None:
     accelerator = Accelerator()
     Path(out_dir, f"pid{accelerator.process_index}").write_text(str(os.getpid()))
     time.sleep(3600)
+
+
+def sigint_inside_torchs_metric_clock(out_dir: str) -> None:
+    """Make SIGINT reach this (launching) process inside the clock read of torch's metric timer (`metrics.prof`,
+    which wraps the agent's monitoring) once both workers of `sleep_forever(out_dir)` are running: the handler the
+    agent installed raises there, between the timer's `try` and its assignment, as a real Ctrl-C can."""
+    import signal
+
+    import torch.distributed.elastic.metrics.api as metrics_api
+
+    pids = [Path(out_dir, f"pid{rank}") for rank in (0, 1)]
+
+    class Clock:
+        fired = False
+
+        def __getattr__(self, name: str):
+            return getattr(time, name)
+
+        def time(self) -> float:
+            if not Clock.fired and all(p.is_file() and p.read_text() for p in pids):
+                Clock.fired = True
+                os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next bytecode boundary: in here
+            return time.time()
+
+    metrics_api.time = Clock()
 
 
 def fail_once(marker: str) -> dict:
@@ -121,6 +146,13 @@ def main() -> None:
         except KeyboardInterrupt:
             result["interrupted"] = True
         result["after"] = acc.launch(describe_rank, "after an interrupt", backend="ddp", nproc=2)
+    elif mode == "interrupt-in-clock":
+        sigint_inside_torchs_metric_clock(str(out))
+        try:
+            acc.launch(sleep_forever, str(out), backend="ddp", nproc=2)
+        except KeyboardInterrupt:
+            result["interrupted"] = True
+        result["workers"] = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
     elif mode == "sources":
         result["main"] = acc.launch(describe_rank, "sources", nproc=2, gradient_accumulation_steps=3)
         result["dry_run"] = str(acc.launch(describe_rank, "sources", nproc=2, gradient_accumulation_steps=3,
