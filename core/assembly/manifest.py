@@ -94,5 +94,22 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def record_backend_switch(run_dir: str | None, switched: Mapping[str, Any], plugins: Mapping[str, tuple[str, str]],
+                          launched: str, given: str) -> None:
+    """Record in the run's manifest that the workers train on another backend than the launch chose (the script's
+    code asked for it, as Accelerate's plugins do): `backend` and `plugins` become the ones that ran, and
+    `backend_switch` keeps what the launch had and what chose the new one. Nothing without a run directory."""
+    import json
+
+    path = Path(run_dir) / "manifest.json" if run_dir else None
+    if path is None or not path.is_file():
+        return
+    data = json.loads(path.read_text())
+    data["backend_switch"] = {"launch": launched, "code": given}
+    data["backend"] = switched["backend"]
+    data["plugins"] = {name: {"distribution": d, "version": v} for name, (d, v) in plugins.items()}
+    write_json(path, data)
+
+
 def launcher_command() -> list[str]:
     return [Path(sys.argv[0]).name, *sys.argv[1:]]

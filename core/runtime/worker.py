@@ -77,6 +77,12 @@ def _backend_of_code(assembly: Assembly, backend_plugins: list, parallelism_conf
     else:
         note_once("backend-of-code", f"{given} selects the {backend} backend, as Accelerate trains it (the launch "
                   f"had {source} {launched}; --backend {backend} says it there)", os.environ.get("RANK") == "0")
+    if os.environ.get("LOCAL_RANK") == "0":  # one run directory per machine
+        from acc.assembly import manifest
+
+        manifest.record_backend_switch(os.environ.get(manifest.RUN_DIR_ENV), switched.settings,
+                                       {n: (i.distribution, i.version) for n, i in switched.infos.items()},
+                                       launched, given)
     return switched
 
 

@@ -5,6 +5,8 @@ in process."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from acc import Accelerator, AccError, ParallelismConfig
@@ -72,12 +74,18 @@ def test_a_detected_backend_gives_way_to_the_one_the_scripts_code_asks_for_as_ac
     # Accelerate trains with FSDP when its plugin is given, and tensor parallel when the config says so, whatever
     # `accelerate launch --num_processes 2` said; acc's launch detects ddp, and the workers switch to fsdp
     out = tmp_path / "out"
-    proc = acc_launch(tmp_path, ["--nproc", "2"], WORKER, ["--out", str(out), "--sizes", given, *extra])
+    proc = acc_launch(tmp_path, ["--nproc", "2", "--output-dir", str(tmp_path / "runs")], WORKER,
+                      ["--out", str(out), "--sizes", given, *extra])
     ranks = read_rank_results(out)
     assert "with the ddp backend (detected" in proc.stderr
     assert proc.stderr.count(f"selects the {backend} backend, as Accelerate trains it (the launch had detected ddp") == 1
     assert [ranks[r]["backend"] for r in (0, 1)] == [backend, backend]
     assert ranks[0]["distributed_type"].endswith(backend.upper()) and ranks[1]["dp_sum"] == (3.0 if "dp" in given else None)
+    # the run's manifest records the backend that trained, and the switch
+    (manifest,) = (tmp_path / "runs").glob("*/manifest.json")
+    recorded = json.loads(manifest.read_text())
+    assert recorded["backend"] == backend and backend in recorded["plugins"] and "ddp" not in recorded["plugins"]
+    assert recorded["backend_switch"]["launch"] == "ddp" and recorded["backend_switch"]["code"].startswith("Accelerator(")
 
 
 @pytest.mark.slow
