@@ -101,3 +101,51 @@ def test_the_baseline_is_kept_per_source_and_venv_and_measured_again_when_asked(
     archive.write_bytes(b"another sdist")
     suite.baseline("/venv-a/bin/python", archive, tmp_path, 60, fresh=False)  # another source: measured
     assert runs == ["/venv-a/bin/python", "/venv-b/bin/python", "/venv-a/bin/python", "/venv-a/bin/python"]
+
+
+def _archive(tmp_path):
+    """A source distribution holding the four scripts (each prints its name)."""
+    import io
+    import tarfile
+
+    archive = tmp_path / "accelerate.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in suite.SCRIPTS:
+            data = f"print({name!r})\n".encode()
+            info = tarfile.TarInfo(f"accelerate-{suite.VERSION}/src/accelerate/test_utils/scripts/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive
+
+
+def test_a_script_that_fails_once_gets_a_second_try_and_its_failure_report_is_printed(tmp_path, capsys):
+    # a stand-in for `python -m acc launch ...`: test_sync.py on 2 processes fails the first time, with the report
+    # acc launch prints; every other launch passes
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n"
+                      'for last; do :; done\n'
+                      'case "$*" in *--nproc\\ 2*test_sync.py*)\n'
+                      f'  if [ ! -e {tmp_path}/tried ]; then touch {tmp_path}/tried\n'
+                      '    echo "training..."; echo "acc launch: rank 0 (local rank 0) failed first: exit code 1" >&2\n'
+                      '    echo "AssertionError: grads differ" >&2\n'
+                      '    echo "rank 1 (local rank 1), also failed: Connection closed by peer" >&2; exit 1; fi;;\n'
+                      "esac\n"
+                      'echo "ran $last"\n')
+    python.chmod(0o755)
+    outcomes = suite.run_scripts(str(python), _archive(tmp_path), tmp_path / "scripts", timeout=60)
+    assert outcomes["test_sync.py@2"] == "passed on a second try"
+    assert all(o == "passed" for k, o in outcomes.items() if k != "test_sync.py@2")
+    err = capsys.readouterr().err
+    assert "acc launch: rank 0 (local rank 0) failed first: exit code 1\n  AssertionError: grads differ" in err
+    result = suite.summary({"tests.test_a.T::test_x": "passed"}, {"tests.test_a.T::test_x": "passed"})
+    result["scripts"] = outcomes
+    assert "**8 of 8** run to the end" in suite.table(result)
+
+
+def test_a_script_that_fails_twice_is_failed_with_its_last_line(tmp_path, capsys):
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\ncase "$*" in *--cpu*test_ops.py*) echo "ImportError: no x" >&2; exit 1;; esac\n')
+    python.chmod(0o755)
+    outcomes = suite.run_scripts(str(python), _archive(tmp_path), tmp_path / "scripts", timeout=60)
+    assert outcomes["test_ops.py@1"] == "failed: ImportError: no x"
+    assert capsys.readouterr().err.count("script test_ops.py on 1 process(es): FAILED") == 2
