@@ -7,7 +7,8 @@ Each round launches every backend twice, in an order rotated each round; the fig
 - for step time, with nothing set: the allocator a user gets (glibc's, with huge pages: the huge_pages setting).
   The fixed threshold makes every tensor over 64 KiB fresh pages: without huge pages the bench model's fsdp step
   took 355k page faults and 1.57 s, ddp's 162k and 0.75 s (2.1x), against 35k / 0.86 s and 15k / 0.76 s with them.
-The serial floor (compute + raw gloo collectives, timed apart by workloads/sharded_floor.py with nothing set) is
+The step rows are also split into forward, backward and optimizer step (rank 0, the same launches), each against
+ddp's. The serial floor (compute + raw gloo collectives, timed apart by workloads/sharded_floor.py with nothing set) is
 the fastest a step could be with nothing overlapped; sharded_floor.py explains its terms. One profiled launch per
 backend (workloads/step_profile.py) then says where the step's time goes: matmuls, copies, allocation and fills,
 collectives, other operators, Python and waiting.
@@ -33,6 +34,7 @@ def run(repeats: int) -> list[Result]:
     script = str(WORKLOADS / "sharded_step.py")
     peaks: dict[str, list[float]] = {name: [] for name in BACKENDS}
     steps: dict[str, list[float]] = {name: [] for name in BACKENDS}
+    phases: dict[str, dict[str, list[float]]] = {name: {} for name in BACKENDS}
     faults: dict[str, dict[str, list[float]]] = {"memory": {name: [] for name in BACKENDS},
                                                  "plain": {name: [] for name in BACKENDS}}
     names = list(BACKENDS)
@@ -42,11 +44,14 @@ def run(repeats: int) -> list[Result]:
             measured, plain = bench_line(command, memory_env), bench_line(command, plain_env)
             peaks[name].append(measured["peak_rss_mb"])
             steps[name].append(plain["per_step_s"])
+            for phase, seconds in plain["phases_s"].items():
+                phases[name].setdefault(phase, []).append(seconds)
             faults["memory"][name].append(measured["minor_faults_per_step"])
             faults["plain"][name].append(plain["minor_faults_per_step"])
     step = {name: statistics.median(values) for name, values in steps.items()}
     fault = {how: {name: statistics.median(values) for name, values in got.items()} for how, got in faults.items()}
     peak = {name: statistics.median(values) for name, values in peaks.items()}
+    phase = {name: {p: statistics.median(v) for p, v in got.items()} for name, got in phases.items()}
     pieces = bench_line([*base, "--backend", "ddp", str(WORKLOADS / "sharded_floor.py"), "--repeats", "3"],
                         plain_env)
     floor = floors(pieces)
@@ -63,6 +68,9 @@ def run(repeats: int) -> list[Result]:
         Result(step_title, "deepspeed ZeRO-3", "ddp", step["deepspeed ZeRO-3"], step["ddp"], "s/step", n,
                WORKLOAD + "; goal <= 1.30"),
         Result(step_title, "fsdp", "ddp", step["fsdp"], step["ddp"], "s/step", n, WORKLOAD + "; goal <= 1.10"),
+        *(Result("a step's phases against ddp's, 2 processes, defaults", f"{name}: {p}", f"ddp: {p}",
+                 phase[name][p], phase["ddp"][p], "s/step", n, WORKLOAD + "; rank 0, the same launches as the step rows")
+          for name in ("fsdp", "deepspeed ZeRO-3") for p in phase["ddp"]),
         Result(floor_title, "fsdp", "fsdp floor", step["fsdp"], floor["fsdp"], "s/step", n,
                f"compute {pieces['compute_sharded_s']:.3f} s sharded + all-gather x 15/8 + reduce-scatter; "
                "goal <= 1.5"),

@@ -1,5 +1,6 @@
 """A ~200 MB model (8 x Linear(2500, 2500), AdamW) trained a few steps on the launched backend; prints the
-per-step time and the largest per-rank peak RSS (VmHWM, model construction included) as one BENCH line on rank 0.
+per-step time, the largest per-rank peak RSS (VmHWM, model construction included) and rank 0's split of a step into
+forward, backward and optimizer step as one BENCH line on rank 0.
 `--init-module`: the model is built inside `accelerator.init_module()` (sharded as built under fsdp and ZeRO-3)."""
 
 import json
@@ -34,12 +35,15 @@ def main() -> None:
     # the whole model's size on every backend: a DTensor's numel and ZeRO-3's ds_numel are the unsharded ones
     params_mb = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()) * 4 / 1e6
     built = accelerator.gather_object([rss_mb("VmHWM")])  # the peak of building and preparing the model
+    phases = [0.0, 0.0, 0.0]
     for i, (x,) in enumerate(loader):
         if i == WARMUP:
             accelerator.wait_for_everyone()
             start = time.perf_counter()
             faults = minor_faults()
-        step(accelerator, model, opt, x)
+        took = step(accelerator, model, opt, x)
+        if i >= WARMUP:
+            phases = [a + b for a, b in zip(phases, took)]
     accelerator.wait_for_everyone()
     per_step = (time.perf_counter() - start) / STEPS
     faults = accelerator.gather_object([(minor_faults() - faults) / STEPS])
@@ -51,6 +55,9 @@ def main() -> None:
         print("BENCH " + json.dumps({"per_step_s": per_step, "peak_rss_mb": max(peaks), "end_rss_mb": max(ends),
                                      "built_rss_mb": max(built), "minor_faults_per_step": max(faults),
                                      "params_mb": params_mb,
+                                     # rank 0's forward, backward and optimizer step (zero_grad included)
+                                     "phases_s": dict(zip(("forward", "backward", "optimizer step"),
+                                                          (p / STEPS for p in phases))),
                                      **({"peak_cuda_mb": max(peak_cuda)} if cuda else {})}))
     accelerator.end_training()
 
