@@ -152,18 +152,17 @@ _FIRST_SEEN: dict[int, str] = {}  # pid of a child of this pytest process -> the
 
 
 def _children_here() -> dict[int, str]:
-    """This process's children: pid -> 'state command line'."""
+    """This process's children (acc.launcher.processes.children): pid -> 'state command line'."""
+    from acc.launcher.processes import children
+
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in children(os.getpid()):
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == os.getpid():
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                found[int(entry.name)] = f"{fields[0]} {command[:160]}"
-        except (OSError, IndexError, ValueError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):  # it ended meanwhile
             continue
+        found[pid] = f"{state} {command[:160]}"
     return found
 
 
