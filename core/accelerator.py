@@ -127,7 +127,7 @@ class Accelerator(CollectivesMixin, ProcessViews, RunViews, CheckpointingMethods
             self.ctx, self._hooks, self._prepared, unwrap=lambda *a, **k: me().unwrap_model(*a, **k),  # type: ignore[union-attr]
             scaler=lambda: me().scaler,  # type: ignore[union-attr]
             project_configuration=config,
-            plugins={name: (info.distribution, info.version) for name, info in self._assembly.infos.items()},
+            plugins=self._assembly.plugin_versions(),
             distributed_type=lambda: me().distributed_type)  # type: ignore[union-attr]
         self.flag_tensor: torch.Tensor | None = None
         self._log_with = log_with

@@ -48,6 +48,10 @@ class Assembly:
     detection_line: str = ""  # the one line acc prints about it
     cluster: ClusterEnvironment | None = None  # the scheduler that started this launch (acc launch only)
 
+    def plugin_versions(self) -> dict[str, tuple[str, str]]:
+        """Each plugin's (distribution, version), as the manifests record them."""
+        return {name: (info.distribution, info.version) for name, info in self.infos.items()}
+
     def with_flags(self, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> "Assembly":
         """The same plugin set with settings resolved again from `flags` (which must not change the set)."""
         _check_flags(flags, self.registry)

@@ -58,7 +58,7 @@ def build(settings: Mapping[str, Any], sources: Mapping[str, str], plugins: Mapp
         "cwd": os.getcwd(),
         "host": platform.node(),
         "backend": settings["backend"],
-        "plugins": {name: {"distribution": d, "version": v} for name, (d, v) in plugins.items()},
+        "plugins": _plugin_entries(plugins),
         "processes": dict(world or {"num_machines": settings["num_machines"], "nproc_per_machine": settings["nproc"],
                                     "world_size": settings["num_machines"] * settings["nproc"]}),
         "mixed_precision": settings["mixed_precision"],
@@ -94,7 +94,12 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def record_backend_switch(run_dir: str | None, switched: Mapping[str, Any], plugins: Mapping[str, tuple[str, str]],
+def _plugin_entries(plugins: Mapping[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
+    """The manifest's `plugins`: plugin name -> its distribution and version."""
+    return {name: {"distribution": d, "version": v} for name, (d, v) in plugins.items()}
+
+
+def record_backend_switch(run_dir: str | None, backend: str, plugins: Mapping[str, tuple[str, str]],
                           launched: str, given: str) -> None:
     """Record in the run's manifest that the workers train on another backend than the launch chose (the script's
     code asked for it, as Accelerate's plugins do): `backend` and `plugins` become the ones that ran, and
@@ -106,8 +111,8 @@ def record_backend_switch(run_dir: str | None, switched: Mapping[str, Any], plug
         return
     data = json.loads(path.read_text())
     data["backend_switch"] = {"launch": launched, "code": given}
-    data["backend"] = switched["backend"]
-    data["plugins"] = {name: {"distribution": d, "version": v} for name, (d, v) in plugins.items()}
+    data["backend"] = backend
+    data["plugins"] = _plugin_entries(plugins)
     write_json(path, data)
 
 

@@ -222,10 +222,9 @@ def record_run(assembly: Assembly, plan: LaunchPlan, target: Target) -> Path | N
     if not s["output_dir"]:
         return None
     directory = manifest.run_directory(s["output_dir"], s["backend"], plan.machine_rank)
-    plugins = {name: (info.distribution, info.version) for name, info in assembly.infos.items()}
     world = {"num_machines": plan.num_machines, "nproc_per_machine": plan.nproc_per_machine,
              "world_size": plan.world_size, "engine": plan.engine}
-    data = manifest.build(s, s.sources, plugins, manifest.launcher_command(), world)
+    data = manifest.build(s, s.sources, assembly.plugin_versions(), manifest.launcher_command(), world)
     data["target"] = redact_shell(str(target))  # no --hf_token hf_... script argument is recorded
     data["device"] = plan.device
     manifest.write_json(directory / "manifest.json", data)

@@ -80,8 +80,7 @@ def _backend_of_code(assembly: Assembly, backend_plugins: list, parallelism_conf
     if os.environ.get("LOCAL_RANK") == "0":  # one run directory per machine
         from acc.assembly import manifest
 
-        manifest.record_backend_switch(os.environ.get(manifest.RUN_DIR_ENV), switched.settings,
-                                       {n: (i.distribution, i.version) for n, i in switched.infos.items()},
+        manifest.record_backend_switch(os.environ.get(manifest.RUN_DIR_ENV), backend, switched.plugin_versions(),
                                        launched, given)
     return switched
 
