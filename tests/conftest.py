@@ -153,16 +153,17 @@ _FIRST_SEEN: dict[int, str] = {}  # pid of a child of this pytest process -> the
 
 def _children_here() -> dict[int, str]:
     """This process's children (acc.launcher.processes.children): pid -> 'state command line'."""
-    from acc.launcher.processes import children
+    from acc.launcher.processes import children, state
 
     found = {}
     for pid in children(os.getpid()):
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            now = state(pid)
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError):  # it ended meanwhile
+        except OSError:  # it ended meanwhile
             continue
-        found[pid] = f"{state} {command[:160]}"
+        if now is not None:
+            found[pid] = f"{now} {command[:160]}"
     return found
 
 

@@ -93,11 +93,9 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    from acc.launcher.processes import state
+
+    return state(pid) not in (None, "Z", "X")
 
 
 class _Ends:

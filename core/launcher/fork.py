@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from acc.launcher.processes import children, state
 from acc.launcher.worker_memory import apply_threshold
 from acc.runtime.tracebacks import print_exception
 
@@ -34,24 +35,16 @@ class ExitWatcher:
         signal.signal(signal.SIGCHLD, self._on_child)
 
     def _on_child(self, signum: int, frame: object) -> None:
-        me = os.getpid()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) in self.codes:
+        for pid in children(os.getpid()):
+            if pid in self.codes or state(pid) != "Z":
                 continue
             try:
-                with open(f"/proc/{entry.name}/stat") as fp:
-                    fields = fp.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" or int(fields[1]) != me:
-                continue
-            try:
-                info = os.waitid(os.P_PID, int(entry.name), os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 continue
             if info is not None:
                 killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
-                self.codes[int(entry.name)] = -info.si_status if killed else info.si_status
+                self.codes[pid] = -info.si_status if killed else info.si_status
 
 
 def fork_unsafe_reason() -> str | None:

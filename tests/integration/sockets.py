@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from acc.launcher import processes
+
 LISTEN = "0A"
 
 
@@ -36,20 +38,8 @@ class Listening:
 
 
 def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    out, todo = [root], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    """`root` and every process below it (acc.launcher.processes)."""
+    return [root, *processes.descendants(root, processes.children)]
 
 
 def _table(pid: int) -> dict[int, tuple[str, int]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import acc
+from acc.launcher import processes
 from tests.conftest import ROOT, WORKERS, clean_env
 from tests.waiting import is_pid, wait_for_exit, wait_for_text
 from tests.workers import launch_fn
@@ -24,25 +25,12 @@ pytestmark = pytest.mark.slow
 
 
 def children(pid: int) -> list[tuple[int, str]]:
-    """(pid, state) of every process whose parent is `pid` (zombies included)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append((int(entry.name), fields[0]))
-    return found
+    """(pid, state) of every process whose parent is `pid` (zombies included; one gone meanwhile is left out)."""
+    return [(child, got) for child in processes.children(pid) if (got := processes.state(child)) is not None]
 
 
 def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return processes.state(pid) not in (None, "Z")
 
 
 def started_since(before: set[int]) -> list[tuple[int, str]]:
