@@ -11,10 +11,10 @@ Each round launches every backend, in an order rotated each round; the figures a
   took 355k page faults and 1.57 s, ddp's 162k and 0.75 s (2.1x), against 35k / 0.86 s and 15k / 0.76 s with them.
 The step rows are also split into forward, backward and optimizer step (rank 0, the same launches), each against
 ddp's, and into rank 0's CPU time: its main thread on a core, off it (the wall time less that: waiting for a
-synchronous collective, or for a core), and gloo's threads. The serial floor (compute + raw gloo collectives, timed apart by workloads/sharded_floor.py with nothing set) is
-the fastest a step could be with nothing overlapped; sharded_floor.py explains its terms. One profiled launch per
-backend (workloads/step_profile.py) then says where the step's time goes: matmuls, copies, allocation and fills,
-collectives, other operators, Python and waiting.
+synchronous collective, or for a core), and gloo's threads. The serial floor (compute + raw gloo collectives, timed
+apart by workloads/sharded_floor.py with nothing set) is the fastest a step could be with nothing overlapped;
+sharded_floor.py explains its terms. One profiled launch per backend (workloads/step_profile.py) then says where the
+step's time goes: matmuls, copies, allocation and fills, collectives, other operators, Python and waiting.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ def run(repeats: int) -> list[Result]:
     script = str(WORKLOADS / "sharded_step.py")
     peaks: dict[str, list[float]] = {name: [] for name in BACKENDS}
     steps: dict[str, list[float]] = {name: [] for name in BACKENDS}
-    phases: dict[str, dict[str, list[float]]] = {name: {} for name in BACKENDS}
-    cpu: dict[str, dict[str, list[float]]] = {name: {} for name in BACKENDS}
+    # a step split two ways, per backend: "phases" (forward, backward, optimizer step) and "cpu" (rank 0's CPU time)
+    parts: dict[str, dict[str, dict[str, list[float]]]] = {split: {name: {} for name in BACKENDS}
+                                                          for split in ("phases", "cpu")}
     faults: dict[str, dict[str, list[float]]] = {"memory": {name: [] for name in BACKENDS},
                                                  "plain": {name: [] for name in BACKENDS}}
     names = list(BACKENDS)
@@ -54,18 +55,18 @@ def run(repeats: int) -> list[Result]:
                 faults["memory"][name].append(measured["minor_faults_per_step"])
             plain = bench_line(command, plain_env)
             steps[name].append(plain["per_step_s"])
-            for phase, seconds in plain["phases_s"].items():
-                phases[name].setdefault(phase, []).append(seconds)
-            for part, seconds in (("main thread on a core", plain["main_thread_cpu_s"]),
-                                  ("main thread off it (waiting)", plain["per_step_s"] - plain["main_thread_cpu_s"]),
-                                  ("other threads (gloo's)", plain["process_cpu_s"] - plain["main_thread_cpu_s"])):
-                cpu[name].setdefault(part, []).append(seconds)
+            cpu = {"main thread on a core": plain["main_thread_cpu_s"],
+                   "main thread off it (waiting)": plain["per_step_s"] - plain["main_thread_cpu_s"],
+                   "other threads (gloo's)": plain["process_cpu_s"] - plain["main_thread_cpu_s"]}
+            for split, got in (("phases", plain["phases_s"]), ("cpu", cpu)):
+                for part, seconds in got.items():
+                    parts[split][name].setdefault(part, []).append(seconds)
             faults["plain"][name].append(plain["minor_faults_per_step"])
     step = {name: statistics.median(values) for name, values in steps.items()}
     fault = {how: {name: statistics.median(values) for name, values in got.items()} for how, got in faults.items()}
     peak = {name: statistics.median(values) for name, values in peaks.items()}
-    phase = {name: {p: statistics.median(v) for p, v in got.items()} for name, got in phases.items()}
-    where = {name: {p: statistics.median(v) for p, v in got.items()} for name, got in cpu.items()}
+    split = {how: {name: {p: statistics.median(v) for p, v in got.items()} for name, got in by_name.items()}
+             for how, by_name in parts.items()}
     pieces = bench_line([*base, "--backend", "ddp", str(WORKLOADS / "sharded_floor.py"), "--repeats", "3"],
                         plain_env)
     floor = floors(pieces)
@@ -83,14 +84,15 @@ def run(repeats: int) -> list[Result]:
         Result(step_title, "deepspeed ZeRO-3", "ddp", step["deepspeed ZeRO-3"], step["ddp"], "s/step", m,
                WORKLOAD + "; goal <= 1.30"),
         Result(step_title, "fsdp", "ddp", step["fsdp"], step["ddp"], "s/step", m, WORKLOAD + "; goal <= 1.10"),
-        *(Result("a step's phases against ddp's, 2 processes, defaults", f"{name}: {p}", f"ddp: {p}",
-                 phase[name][p], phase["ddp"][p], "s/step", m, WORKLOAD + "; rank 0, the same launches as the step rows")
-          for name in ("fsdp", "deepspeed ZeRO-3") for p in phase["ddp"]),
-        *(Result("a step's CPU time against ddp's, 2 processes, defaults", f"{name}: {p}", f"ddp: {p}",
-                 where[name][p], where["ddp"][p], "s/step", m,
-                 WORKLOAD + "; rank 0, the same launches; off a core = the step's wall time less the main thread's "
-                 "CPU time (a synchronous collective, or the 2 cores busy)")
-          for name in ("fsdp", "deepspeed ZeRO-3") for p in where["ddp"]),
+        *(Result(title, f"{name}: {p}", f"ddp: {p}", split[how][name][p], split[how]["ddp"][p], "s/step", m,
+                 WORKLOAD + note)
+          for how, title, note in (
+              ("phases", "a step's phases against ddp's, 2 processes, defaults",
+               "; rank 0, the same launches as the step rows"),
+              ("cpu", "a step's CPU time against ddp's, 2 processes, defaults",
+               "; rank 0, the same launches; off a core = the step's wall time less the main thread's CPU time "
+               "(a synchronous collective, or the 2 cores busy)"))
+          for name in ("fsdp", "deepspeed ZeRO-3") for p in split[how]["ddp"]),
         Result(floor_title, "fsdp", "fsdp floor", step["fsdp"], floor["fsdp"], "s/step", m,
                f"compute {pieces['compute_sharded_s']:.3f} s sharded + all-gather x 15/8 + reduce-scatter; "
                "goal <= 1.5"),
